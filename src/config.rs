@@ -1,0 +1,348 @@
+//! Typed configuration, read once from the environment (envy) and validated at start.
+//!
+//! Every knob has a documented default and its unit in its name (`LEASE_S`, `READ_TIMEOUT_MS`).
+//! A bad value stops the process with exit code 78 and one line naming the variable, before
+//! anything touches the database. Secrets (`DATABASE_URL`, `MAIL_API_KEY`) live in [`Secret`],
+//! whose `Debug` and `Display` print `[redacted]`.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// A value that must never reach a log line. `Debug`/`Display` print `[redacted]`.
+#[derive(Clone, Deserialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+    /// The secret itself, for the one place that needs it (a connection, a header).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+/// A configuration problem: which variable, and what is wrong with it. Exit code 78.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{var}: {problem}")]
+pub struct ConfigError {
+    pub var: String,
+    pub problem: String,
+}
+
+impl ConfigError {
+    fn new(var: &str, problem: impl Into<String>) -> Self {
+        Self { var: var.to_string(), problem: problem.into() }
+    }
+
+    fn from_envy(err: envy::Error) -> Self {
+        match err {
+            envy::Error::MissingValue(field) => {
+                Self::new(&field.to_ascii_uppercase(), "is required but not set")
+            }
+            envy::Error::Custom(msg) => {
+                // envy says "... while parsing value '…' provided by NAME"; keep NAME up front.
+                let var = msg.rsplit("provided by ").next().unwrap_or("environment").to_string();
+                let problem = msg.split(" while parsing").next().unwrap_or(&msg).to_string();
+                Self::new(&var, format!("cannot be parsed ({problem})"))
+            }
+        }
+    }
+}
+
+/// How to reach PostgreSQL. Shared by every subcommand.
+#[derive(Debug, Clone, Deserialize)]
+pub struct DbConfig {
+    /// `DATABASE_URL` (required): `postgres://user:pass@host:port/db?sslmode=verify-full`.
+    pub database_url: Secret,
+    /// `DB_MAX_CONNECTIONS` (default 4): pool size per process.
+    #[serde(default = "defaults::db_max_connections")]
+    pub db_max_connections: u32,
+    /// `DB_CONNECT_RETRY_S` (default 30): how long to keep retrying an unreachable database at
+    /// start, and how long an outage mid-run is ridden out before giving up with exit 75.
+    #[serde(default = "defaults::db_connect_retry_s")]
+    pub db_connect_retry_s: u64,
+}
+
+impl DbConfig {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_iter(std::env::vars())
+    }
+
+    pub fn from_iter(vars: impl IntoIterator<Item = (String, String)>) -> Result<Self, ConfigError> {
+        let cfg: Self = envy::from_iter(vars).map_err(ConfigError::from_envy)?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let url = self.database_url.expose();
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            return Err(ConfigError::new("DATABASE_URL", "must start with postgres:// or postgresql://"));
+        }
+        positive("DB_MAX_CONNECTIONS", self.db_max_connections as u64)?;
+        Ok(())
+    }
+}
+
+/// What `campaign-sender run` needs besides the database.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RunConfig {
+    /// `CAMPAIGN_ID` (required): the campaign to send; also the provider template.
+    pub campaign_id: String,
+    /// `MAIL_URL` (required): the provider endpoint, `http://` or `https://`.
+    pub mail_url: String,
+    /// `MAIL_API_KEY` (optional): sent as `Authorization: Bearer …` when set.
+    #[serde(default)]
+    pub mail_api_key: Option<Secret>,
+    /// `BATCH_SIZE` (default 200): rows per claim.
+    #[serde(default = "defaults::batch_size")]
+    pub batch_size: u32,
+    /// `SEND_CONCURRENCY` (default 32): requests in flight per process.
+    #[serde(default = "defaults::send_concurrency")]
+    pub send_concurrency: u32,
+    /// `MAIL_RATE_PER_S` (default 500): requests per second this process may start, every
+    /// attempt included. Per process until the fleet-wide share lands; see README.
+    #[serde(default = "defaults::mail_rate_per_s")]
+    pub mail_rate_per_s: u32,
+    /// `LEASE_S` (default 60): how long a claim is ours; a crashed worker's rows are taken by
+    /// others after this.
+    #[serde(default = "defaults::lease_s")]
+    pub lease_s: u64,
+    /// `BATCH_BUDGET_S` (default 40): no new send of a batch starts after this; unsent rows go
+    /// back to `pending` without counting an attempt. Must leave room for in-flight requests
+    /// and the result write inside `LEASE_S`.
+    #[serde(default = "defaults::batch_budget_s")]
+    pub batch_budget_s: u64,
+    /// `DEADLINE_S` (default 3300): the run stops claiming after this and exits 1 if work is
+    /// left; 0 means no deadline.
+    #[serde(default = "defaults::deadline_s")]
+    pub deadline_s: u64,
+    /// `MAX_ATTEMPTS` (default 5): a retryable failure on this attempt becomes `failed`.
+    #[serde(default = "defaults::max_attempts")]
+    pub max_attempts: u32,
+    /// `BACKOFF_BASE_MS` (default 1000): first retry wait; doubles per attempt, with jitter.
+    #[serde(default = "defaults::backoff_base_ms")]
+    pub backoff_base_ms: u64,
+    /// `BACKOFF_MAX_MS` (default 60000): cap on the exponential retry wait.
+    #[serde(default = "defaults::backoff_max_ms")]
+    pub backoff_max_ms: u64,
+    /// `RETRY_AFTER_MAX_S` (default 600): a provider `Retry-After` is honoured up to this.
+    #[serde(default = "defaults::retry_after_max_s")]
+    pub retry_after_max_s: u64,
+    /// `CONNECT_TIMEOUT_MS` (default 2000): TCP + TLS connect to the provider.
+    #[serde(default = "defaults::connect_timeout_ms")]
+    pub connect_timeout_ms: u64,
+    /// `READ_TIMEOUT_MS` (default 5000): waiting for the provider's response.
+    #[serde(default = "defaults::read_timeout_ms")]
+    pub read_timeout_ms: u64,
+    /// `MAX_PERMANENT_FAILURE_RATIO` (default 0.01): above this share of the campaign in
+    /// `failed`, the run stops with exit code 2.
+    #[serde(default = "defaults::max_permanent_failure_ratio")]
+    pub max_permanent_failure_ratio: f64,
+    /// `OPTOUT_RECHECK_MS` (default 1000): a send starts only if a check made at most this long
+    /// ago found the member not opted out (and the row still ours).
+    #[serde(default = "defaults::optout_recheck_ms")]
+    pub optout_recheck_ms: u64,
+    /// `IDLE_POLL_MS` (default 1000): longest wait between claims when only retry-waiting or
+    /// leased rows remain.
+    #[serde(default = "defaults::idle_poll_ms")]
+    pub idle_poll_ms: u64,
+    /// `WORKER_ID` (default `worker-{JOB_COMPLETION_INDEX}`, else `$HOSTNAME`, else `worker`):
+    /// names this process in logs and reports.
+    #[serde(default)]
+    pub worker_id: Option<String>,
+    /// `JOB_COMPLETION_INDEX` (set by an Indexed Job).
+    #[serde(default)]
+    pub job_completion_index: Option<u32>,
+    /// `HOSTNAME` (set by Kubernetes to the pod name).
+    #[serde(default)]
+    pub hostname: Option<String>,
+}
+
+mod defaults {
+    pub fn db_max_connections() -> u32 { 4 }
+    pub fn db_connect_retry_s() -> u64 { 30 }
+    pub fn batch_size() -> u32 { 200 }
+    pub fn send_concurrency() -> u32 { 32 }
+    pub fn mail_rate_per_s() -> u32 { 500 }
+    pub fn lease_s() -> u64 { 60 }
+    pub fn batch_budget_s() -> u64 { 40 }
+    pub fn deadline_s() -> u64 { 3300 }
+    pub fn max_attempts() -> u32 { 5 }
+    pub fn backoff_base_ms() -> u64 { 1000 }
+    pub fn backoff_max_ms() -> u64 { 60_000 }
+    pub fn retry_after_max_s() -> u64 { 600 }
+    pub fn connect_timeout_ms() -> u64 { 2000 }
+    pub fn read_timeout_ms() -> u64 { 5000 }
+    pub fn max_permanent_failure_ratio() -> f64 { 0.01 }
+    pub fn optout_recheck_ms() -> u64 { 1000 }
+    pub fn idle_poll_ms() -> u64 { 1000 }
+}
+
+fn positive(var: &str, value: u64) -> Result<(), ConfigError> {
+    if value == 0 {
+        return Err(ConfigError::new(var, "must be greater than 0"));
+    }
+    Ok(())
+}
+
+impl RunConfig {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_iter(std::env::vars())
+    }
+
+    pub fn from_iter(vars: impl IntoIterator<Item = (String, String)>) -> Result<Self, ConfigError> {
+        let cfg: Self = envy::from_iter(vars).map_err(ConfigError::from_envy)?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// A config with every default, for tests and tools that build one in code.
+    pub fn with_defaults(campaign_id: &str, mail_url: &str) -> Self {
+        let vars = [
+            ("CAMPAIGN_ID".to_string(), campaign_id.to_string()),
+            ("MAIL_URL".to_string(), mail_url.to_string()),
+        ];
+        Self::from_iter(vars).expect("defaults are valid")
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.campaign_id.trim().is_empty() {
+            return Err(ConfigError::new("CAMPAIGN_ID", "must not be empty"));
+        }
+        match reqwest::Url::parse(&self.mail_url) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
+            Ok(u) => {
+                return Err(ConfigError::new(
+                    "MAIL_URL",
+                    format!("scheme {:?} is not http or https, or the host is missing", u.scheme()),
+                ))
+            }
+            Err(e) => return Err(ConfigError::new("MAIL_URL", format!("is not a URL ({e})"))),
+        }
+        if self.mail_api_key.as_ref().is_some_and(|k| k.expose().trim().is_empty()) {
+            return Err(ConfigError::new("MAIL_API_KEY", "is set but empty; unset it or give the key"));
+        }
+        positive("BATCH_SIZE", self.batch_size as u64)?;
+        if self.batch_size > 10_000 {
+            return Err(ConfigError::new("BATCH_SIZE", "must be at most 10000"));
+        }
+        positive("SEND_CONCURRENCY", self.send_concurrency as u64)?;
+        positive("MAIL_RATE_PER_S", self.mail_rate_per_s as u64)?;
+        positive("LEASE_S", self.lease_s)?;
+        positive("BATCH_BUDGET_S", self.batch_budget_s)?;
+        positive("MAX_ATTEMPTS", self.max_attempts as u64)?;
+        positive("BACKOFF_BASE_MS", self.backoff_base_ms)?;
+        positive("CONNECT_TIMEOUT_MS", self.connect_timeout_ms)?;
+        positive("READ_TIMEOUT_MS", self.read_timeout_ms)?;
+        positive("OPTOUT_RECHECK_MS", self.optout_recheck_ms)?;
+        positive("IDLE_POLL_MS", self.idle_poll_ms)?;
+        if self.backoff_max_ms < self.backoff_base_ms {
+            return Err(ConfigError::new("BACKOFF_MAX_MS", "must be at least BACKOFF_BASE_MS"));
+        }
+        if !(0.0..=1.0).contains(&self.max_permanent_failure_ratio) {
+            return Err(ConfigError::new("MAX_PERMANENT_FAILURE_RATIO", "must be between 0 and 1"));
+        }
+        // The lease must outlive the batch: budget, then the slowest in-flight request, then
+        // the result write. Otherwise another worker may re-claim rows we are still sending.
+        let request_s = (self.connect_timeout_ms + self.read_timeout_ms).div_ceil(1000);
+        if self.lease_s < self.batch_budget_s + request_s + 2 {
+            return Err(ConfigError::new(
+                "LEASE_S",
+                format!(
+                    "must be at least BATCH_BUDGET_S + (CONNECT_TIMEOUT_MS + READ_TIMEOUT_MS) + 2 s = {} s",
+                    self.batch_budget_s + request_s + 2
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn worker_name(&self) -> String {
+        if let Some(id) = &self.worker_id {
+            return id.clone();
+        }
+        if let Some(i) = self.job_completion_index {
+            return format!("worker-{i}");
+        }
+        self.hostname.clone().unwrap_or_else(|| "worker".to_string())
+    }
+
+    pub fn lease(&self) -> Duration { Duration::from_secs(self.lease_s) }
+    pub fn batch_budget(&self) -> Duration { Duration::from_secs(self.batch_budget_s) }
+    pub fn deadline(&self) -> Option<Duration> {
+        (self.deadline_s > 0).then(|| Duration::from_secs(self.deadline_s))
+    }
+    pub fn optout_recheck(&self) -> Duration { Duration::from_millis(self.optout_recheck_ms) }
+    pub fn idle_poll(&self) -> Duration { Duration::from_millis(self.idle_poll_ms) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(extra: &[(&str, &str)]) -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> = [("CAMPAIGN_ID", "c1"), ("MAIL_URL", "http://127.0.0.1:1/send")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        for (k, val) in extra {
+            v.retain(|(kk, _)| kk != k);
+            v.push((k.to_string(), val.to_string()));
+        }
+        v
+    }
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let c = RunConfig::from_iter(vars(&[])).unwrap();
+        assert_eq!((c.batch_size, c.lease_s, c.max_attempts, c.deadline_s), (200, 60, 5, 3300));
+        assert_eq!((c.connect_timeout_ms, c.read_timeout_ms), (2000, 5000));
+    }
+
+    #[test]
+    fn each_bad_value_names_its_variable() {
+        let cases: &[(&str, &str)] = &[
+            ("BATCH_SIZE", "abc"),
+            ("BATCH_SIZE", "0"),
+            ("BATCH_SIZE", "-3"),
+            ("LEASE_S", "5"),
+            ("MAIL_URL", "ftp://x/y"),
+            ("MAIL_URL", "not a url"),
+            ("MAX_ATTEMPTS", "0"),
+            ("MAX_PERMANENT_FAILURE_RATIO", "2"),
+            ("CAMPAIGN_ID", " "),
+            ("READ_TIMEOUT_MS", "x"),
+        ];
+        for (var, value) in cases {
+            let err = RunConfig::from_iter(vars(&[(var, value)])).unwrap_err();
+            assert_eq!(&err.var, var, "{var}={value} gave {err}");
+        }
+        let missing: Vec<_> = vars(&[]).into_iter().filter(|(k, _)| k != "MAIL_URL").collect();
+        assert_eq!(RunConfig::from_iter(missing).unwrap_err().var, "MAIL_URL");
+    }
+
+    #[test]
+    fn secrets_never_print() {
+        let c = RunConfig::from_iter(vars(&[("MAIL_API_KEY", "sk_live_abc")])).unwrap();
+        assert!(!format!("{c:?}").contains("sk_live_abc"));
+        let d = DbConfig::from_iter([("DATABASE_URL".into(), "postgres://u:hunter2@h/db".into())]).unwrap();
+        assert!(!format!("{d:?}").contains("hunter2"));
+    }
+}

@@ -1,0 +1,324 @@
+//! A fake email provider with the real provider's contract, for tests and load runs.
+//!
+//! - `POST /v1/send` with `{"to", "member_id", "template"}` and `Idempotency-Key`; optional
+//!   bearer key. A key already delivered within the idempotency window (24 h) answers 200 and
+//!   is not delivered again (`duplicates_suppressed`).
+//! - A GCRA rate limit (rate, burst) answers 429 with `Retry-After` (seconds, rounded up).
+//! - The fault profile our users see: `member_id % 25 == 0` → 503 on the first attempt of that
+//!   key (4 %); `member_id % 997 == 0` → 422 always (0.1 %). Optional latency (mean ± jitter),
+//!   stalls (never answers) and "everything 503".
+//! - `GET /stats` (JSON): requests, delivered, duplicates suppressed, 429s, members delivered
+//!   more than once (under different keys: what a broken idempotency key would cause), the most
+//!   requests accepted in any 1-second window, the most requests in flight.
+//! - `GET /deliveries`: every delivered member with its first delivery time (for checks such as
+//!   "nothing delivered after an opt-out") and the distinct keys it was sent with.
+//!
+//! Delivery time is when the request *arrived*, before any artificial latency.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+
+/// How the fake behaves. Every field can be set from the `fake-provider` command line.
+#[derive(Debug, Clone)]
+pub struct FakeConfig {
+    /// Accepted requests per second (GCRA); `None` = unlimited.
+    pub rate_per_s: Option<f64>,
+    /// Requests that may arrive at once above the steady rate.
+    pub burst: u32,
+    /// The standard fault profile (%25 → one 503, %997 → 422).
+    pub faults: bool,
+    /// Every request answers 503 (an outage).
+    pub always_unavailable: bool,
+    pub latency_mean_ms: u64,
+    pub latency_jitter_ms: u64,
+    /// Requests per million that stall (never answer).
+    pub stall_per_million: u32,
+    /// When set, requests must carry `Authorization: Bearer <key>`.
+    pub api_key: Option<String>,
+    pub idempotency_window: Duration,
+}
+
+impl Default for FakeConfig {
+    fn default() -> Self {
+        Self {
+            rate_per_s: None,
+            burst: 20,
+            faults: false,
+            always_unavailable: false,
+            latency_mean_ms: 0,
+            latency_jitter_ms: 0,
+            stall_per_million: 0,
+            api_key: None,
+            idempotency_window: Duration::from_secs(24 * 3600),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Stats {
+    pub requests: u64,
+    pub delivered: u64,
+    pub duplicates_suppressed: u64,
+    pub throttled_429: u64,
+    pub faults_503: u64,
+    pub rejected_422: u64,
+    pub bad_requests: u64,
+    pub unauthorized: u64,
+    pub members_delivered_more_than_once: u64,
+    pub max_accepted_in_1s: u64,
+    pub max_in_flight: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Delivery {
+    pub template: String,
+    pub member_id: i64,
+    /// Unix milliseconds of the first delivery.
+    pub first_ms: u64,
+    pub deliveries: u64,
+    pub keys: Vec<String>,
+}
+
+#[derive(Default)]
+struct Inner {
+    stats: Stats,
+    /// key → when it was delivered.
+    delivered_keys: HashMap<String, Instant>,
+    /// keys that have been attempted at least once (the 503 fault hits only the first).
+    attempted_keys: HashSet<String>,
+    by_member: HashMap<(String, i64), Delivery>,
+    /// GCRA theoretical arrival time.
+    tat: Option<Instant>,
+    accepted_window: VecDeque<Instant>,
+}
+
+/// Shared state; tests read statistics from it directly.
+pub struct FakeProvider {
+    cfg: FakeConfig,
+    inner: Mutex<Inner>,
+    in_flight: AtomicU64,
+}
+
+#[derive(Deserialize)]
+struct SendBody {
+    to: String,
+    member_id: i64,
+    template: String,
+}
+
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64
+}
+
+struct InFlight<'a>(&'a FakeProvider);
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+enum Verdict {
+    Throttled(Duration),
+    Accepted,
+}
+
+impl FakeProvider {
+    pub fn new(cfg: FakeConfig) -> Arc<Self> {
+        Arc::new(Self { cfg, inner: Mutex::new(Inner::default()), in_flight: AtomicU64::new(0) })
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.inner.lock().expect("fake lock").stats.clone()
+    }
+
+    pub fn deliveries(&self) -> Vec<Delivery> {
+        let inner = self.inner.lock().expect("fake lock");
+        let mut v: Vec<Delivery> = inner.by_member.values().cloned().collect();
+        v.sort_by_key(|d| (d.template.clone(), d.member_id));
+        v
+    }
+
+    /// GCRA: admit if the theoretical arrival time is at most `burst - 1` intervals ahead.
+    fn admit(&self, inner: &mut Inner, now: Instant) -> Verdict {
+        if let Some(rate) = self.cfg.rate_per_s {
+            let t = Duration::from_secs_f64(1.0 / rate);
+            let tolerance = t * self.cfg.burst.saturating_sub(1);
+            let tat = inner.tat.unwrap_or(now).max(now);
+            if tat > now + tolerance {
+                return Verdict::Throttled(tat - (now + tolerance));
+            }
+            inner.tat = Some(tat + t);
+        }
+        inner.accepted_window.push_back(now);
+        while inner.accepted_window.front().is_some_and(|f| now.duration_since(*f) >= Duration::from_secs(1)) {
+            inner.accepted_window.pop_front();
+        }
+        let n = inner.accepted_window.len() as u64;
+        inner.stats.max_accepted_in_1s = inner.stats.max_accepted_in_1s.max(n);
+        Verdict::Accepted
+    }
+
+    async fn handle(&self, headers: HeaderMap, body: &[u8]) -> Response {
+        let arrived = Instant::now();
+        let arrived_wall = SystemTime::now();
+        let n = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        let _guard = InFlight(self);
+        {
+            let mut inner = self.inner.lock().expect("fake lock");
+            inner.stats.requests += 1;
+            inner.stats.max_in_flight = inner.stats.max_in_flight.max(n);
+        }
+        if let Some(key) = &self.cfg.api_key {
+            let ok = headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v == format!("Bearer {key}"));
+            if !ok {
+                self.inner.lock().expect("fake lock").stats.unauthorized += 1;
+                return (StatusCode::UNAUTHORIZED, "missing or wrong API key").into_response();
+            }
+        }
+        let key = match headers.get("idempotency-key").and_then(|v| v.to_str().ok()) {
+            Some(k) if !k.is_empty() => k.to_string(),
+            _ => {
+                self.inner.lock().expect("fake lock").stats.bad_requests += 1;
+                return (StatusCode::BAD_REQUEST, "Idempotency-Key header required").into_response();
+            }
+        };
+        let req: SendBody = match serde_json::from_slice(body) {
+            Ok(b) => b,
+            Err(_) => {
+                self.inner.lock().expect("fake lock").stats.bad_requests += 1;
+                return (StatusCode::BAD_REQUEST, "body must be {to, member_id, template}").into_response();
+            }
+        };
+        if !req.to.contains('@') {
+            self.inner.lock().expect("fake lock").stats.rejected_422 += 1;
+            return (StatusCode::UNPROCESSABLE_ENTITY, "invalid recipient").into_response();
+        }
+
+        let verdict = {
+            let mut inner = self.inner.lock().expect("fake lock");
+            self.admit(&mut inner, arrived)
+        };
+        if let Verdict::Throttled(wait) = verdict {
+            self.inner.lock().expect("fake lock").stats.throttled_429 += 1;
+            let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+            return (StatusCode::TOO_MANY_REQUESTS, [("retry-after", secs.to_string())], "rate limited").into_response();
+        }
+
+        if self.cfg.stall_per_million > 0 && rand::random_range(0..1_000_000) < self.cfg.stall_per_million {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+        }
+        if self.cfg.latency_mean_ms > 0 || self.cfg.latency_jitter_ms > 0 {
+            let j = self.cfg.latency_jitter_ms as i64;
+            let ms = (self.cfg.latency_mean_ms as i64 + if j > 0 { rand::random_range(-j..=j) } else { 0 }).max(0);
+            tokio::time::sleep(Duration::from_millis(ms as u64)).await;
+        }
+
+        let mut inner = self.inner.lock().expect("fake lock");
+        if let Some(at) = inner.delivered_keys.get(&key) {
+            if arrived.duration_since(*at) < self.cfg.idempotency_window {
+                inner.stats.duplicates_suppressed += 1;
+                return (StatusCode::OK, Json(serde_json::json!({"status": "duplicate", "key": key}))).into_response();
+            }
+        }
+        if self.cfg.always_unavailable {
+            inner.stats.faults_503 += 1;
+            return (StatusCode::SERVICE_UNAVAILABLE, "unavailable").into_response();
+        }
+        let first_attempt = inner.attempted_keys.insert(key.clone());
+        if self.cfg.faults && req.member_id % 997 == 0 {
+            inner.stats.rejected_422 += 1;
+            return (StatusCode::UNPROCESSABLE_ENTITY, "recipient rejected").into_response();
+        }
+        if self.cfg.faults && req.member_id % 25 == 0 && first_attempt {
+            inner.stats.faults_503 += 1;
+            return (StatusCode::SERVICE_UNAVAILABLE, "try again").into_response();
+        }
+        inner.delivered_keys.insert(key.clone(), arrived);
+        inner.stats.delivered += 1;
+        let rec = inner.by_member.entry((req.template.clone(), req.member_id)).or_insert_with(|| Delivery {
+            template: req.template.clone(),
+            member_id: req.member_id,
+            first_ms: unix_ms(arrived_wall),
+            deliveries: 0,
+            keys: Vec::new(),
+        });
+        rec.deliveries += 1;
+        if !rec.keys.contains(&key) {
+            rec.keys.push(key.clone());
+        }
+        if rec.deliveries == 2 {
+            inner.stats.members_delivered_more_than_once += 1;
+        }
+        (StatusCode::OK, Json(serde_json::json!({"status": "queued", "key": key}))).into_response()
+    }
+}
+
+async fn send(State(p): State<Arc<FakeProvider>>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+    p.handle(headers, &body).await
+}
+
+async fn stats(State(p): State<Arc<FakeProvider>>) -> Json<Stats> {
+    Json(p.stats())
+}
+
+async fn deliveries(State(p): State<Arc<FakeProvider>>) -> Json<Vec<Delivery>> {
+    Json(p.deliveries())
+}
+
+pub fn router(p: Arc<FakeProvider>) -> Router {
+    Router::new()
+        .route("/v1/send", post(send))
+        .route("/stats", get(stats))
+        .route("/deliveries", get(deliveries))
+        .route("/healthz", get(|| async { "ok" }))
+        .with_state(p)
+}
+
+/// Serves on `addr` (port 0 picks a free one) until `shutdown` resolves; returns the bound
+/// address at once and the server task.
+pub async fn spawn(
+    cfg: FakeConfig,
+    addr: SocketAddr,
+) -> std::io::Result<(SocketAddr, Arc<FakeProvider>, tokio::task::JoinHandle<()>)> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    let p = FakeProvider::new(cfg);
+    let app = router(p.clone());
+    let handle = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok((bound, p, handle))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gcra_admits_rate_plus_burst_in_any_second() {
+        let p = FakeProvider::new(FakeConfig { rate_per_s: Some(100.0), burst: 10, ..Default::default() });
+        let mut inner = p.inner.lock().unwrap();
+        let start = Instant::now();
+        let mut admitted = 0;
+        // 1000 arrivals spread evenly over one second (1 ms apart): 100/s + a burst of 10.
+        for i in 0..1000u64 {
+            if matches!(p.admit(&mut inner, start + Duration::from_millis(i)), Verdict::Accepted) {
+                admitted += 1;
+            }
+        }
+        assert!((100..=111).contains(&admitted), "admitted {admitted}");
+    }
+}

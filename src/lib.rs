@@ -1,0 +1,28 @@
+//! campaign-sender: deliver a marketing campaign, one provider call per recipient, from a
+//! PostgreSQL work table — safe when started twice, overlapping, killed or rescheduled.
+//!
+//! # Layout
+//! - [`config`]: typed environment configuration, defaults, validation (exit 78), [`config::Secret`].
+//! - [`store`]: every SQL statement on `campaign_targets` (claim, re-check, fenced finish,
+//!   counts) with the invariant each keeps; migrations are embedded from `migrations/`.
+//! - [`provider`]: the HTTP client for the provider contract (idempotency key, timeouts).
+//! - [`outcome`]: pure decisions: status → attempt → resolution, backoff with jitter.
+//! - [`worker`]: the loop: claim → gate (opt-out re-check + pacing) → concurrent sends →
+//!   fenced finish; one [`worker::Worker::step`] at a time, [`worker::Worker::run`] until done.
+//! - [`report`]: counters, the run report, exit codes.
+//! - [`shutdown`]: the root `CancellationToken`, cancelled by SIGTERM/SIGINT.
+//! - [`telemetry`]: tracing setup (JSON in pods).
+//! - [`fake_provider`]: an in-process or standalone provider with the real contract, rate
+//!   limit, faults and statistics, for tests and load runs.
+//! - [`cli`]: the `campaign-sender` subcommands.
+
+pub mod cli;
+pub mod config;
+pub mod fake_provider;
+pub mod outcome;
+pub mod provider;
+pub mod report;
+pub mod shutdown;
+pub mod store;
+pub mod telemetry;
+pub mod worker;

@@ -1,0 +1,240 @@
+//! Deciding, without doing: what a provider answer means for a row.
+//!
+//! Pure functions, unit-tested without a network or a database:
+//! - [`classify`]: one HTTP attempt → [`Attempt`] (sent, retry, permanent);
+//! - [`resolve`]: an attempt plus the row's attempt count → the [`Resolution`] that `finish`
+//!   writes (sent, retry at a time, failed, or released without counting the attempt);
+//! - [`backoff`]: exponential wait with a cap and jitter, never shorter than `Retry-After`.
+
+use std::time::Duration;
+
+/// Why a row was not delivered on this attempt. Stored in `last_error`; a short, fixed
+/// vocabulary (never a response body, which may echo personal data).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorClass {
+    /// 429 Too Many Requests.
+    Throttled,
+    /// 5xx.
+    ServerError,
+    /// No response within `READ_TIMEOUT_MS` (or connect within `CONNECT_TIMEOUT_MS`).
+    Timeout,
+    /// Could not connect (refused, reset, DNS).
+    Connect,
+    /// The connection broke in another way mid-request.
+    Transport,
+    /// A 4xx other than 429: the provider refuses this request; retrying will not help.
+    Rejected,
+    /// 1xx/3xx or a code outside 100..=599: the endpoint is not the mail API we expect.
+    UnexpectedStatus,
+    /// The row's address is empty, absurdly long or not an address: failed without a request.
+    InvalidEmail,
+    /// Opted out after the claim: released, never sent.
+    OptedOut,
+    /// Not attempted before the batch ran out of time or the process was stopped.
+    Released,
+}
+
+impl ErrorClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorClass::Throttled => "throttled",
+            ErrorClass::ServerError => "server_error",
+            ErrorClass::Timeout => "timeout",
+            ErrorClass::Connect => "connect",
+            ErrorClass::Transport => "transport",
+            ErrorClass::Rejected => "rejected",
+            ErrorClass::UnexpectedStatus => "unexpected_status",
+            ErrorClass::InvalidEmail => "invalid_email",
+            ErrorClass::OptedOut => "opted_out",
+            ErrorClass::Released => "released",
+        }
+    }
+}
+
+/// What one HTTP attempt amounted to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Attempt {
+    Sent { status: u16 },
+    Retry { status: Option<u16>, class: ErrorClass, retry_after: Option<Duration> },
+    Permanent { status: Option<u16>, class: ErrorClass },
+}
+
+/// Classifies a provider response: 2xx → sent; 429, 5xx → retry (keeping `Retry-After`);
+/// any other 4xx → permanent; anything else (1xx, 3xx, nonsense) → permanent, because a
+/// mail API that redirects or answers oddly is misconfigured, and retrying every row five
+/// times would only hide that. The run's failure threshold stops it quickly instead.
+pub fn classify(status: u16, retry_after: Option<Duration>) -> Attempt {
+    match status {
+        200..=299 => Attempt::Sent { status },
+        429 => Attempt::Retry { status: Some(status), class: ErrorClass::Throttled, retry_after },
+        500..=599 => Attempt::Retry { status: Some(status), class: ErrorClass::ServerError, retry_after },
+        400..=499 => Attempt::Permanent { status: Some(status), class: ErrorClass::Rejected },
+        _ => Attempt::Permanent { status: Some(status), class: ErrorClass::UnexpectedStatus },
+    }
+}
+
+/// What `finish` writes for one row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolution {
+    /// Delivered (2xx): `state = 'sent'`.
+    Sent { status: u16 },
+    /// Back to `pending`, claimable again after `delay`.
+    RetryAfter { delay: Duration, status: Option<u16>, class: ErrorClass },
+    /// `state = 'failed'`: permanent, or retryable with no attempts left.
+    Failed { status: Option<u16>, class: ErrorClass },
+    /// Not attempted: back to `pending` at once, and the claim's attempt is given back.
+    Released { class: ErrorClass },
+}
+
+/// Retry timing.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    pub max_attempts: u32,
+    pub base: Duration,
+    pub cap: Duration,
+    pub retry_after_cap: Duration,
+}
+
+/// The wait before attempt `attempt + 1`: `base · 2^(attempt-1)` capped at `cap`, with "equal
+/// jitter" (half fixed, half random, so retries of one batch spread out but never come back
+/// sooner than half the step), and never sooner than the provider's `Retry-After`
+/// (itself capped at `retry_after_cap`). `jitter` is in `[0, 1)`.
+pub fn backoff(policy: &RetryPolicy, attempt: u32, retry_after: Option<Duration>, jitter: f64) -> Duration {
+    let exp = attempt.saturating_sub(1).min(30);
+    let step = policy.base.saturating_mul(1u32 << exp).min(policy.cap);
+    let half = step / 2;
+    let jittered = half + half.mul_f64(jitter.clamp(0.0, 1.0));
+    let floor = retry_after.map(|r| r.min(policy.retry_after_cap)).unwrap_or_default();
+    jittered.max(floor)
+}
+
+/// An attempt plus the row's attempt number (1 for the first) → what to write.
+pub fn resolve(attempt: Attempt, attempt_no: u32, policy: &RetryPolicy, jitter: f64) -> Resolution {
+    match attempt {
+        Attempt::Sent { status } => Resolution::Sent { status },
+        Attempt::Permanent { status, class } => Resolution::Failed { status, class },
+        Attempt::Retry { status, class, .. } if attempt_no >= policy.max_attempts => {
+            Resolution::Failed { status, class }
+        }
+        Attempt::Retry { status, class, retry_after } => Resolution::RetryAfter {
+            delay: backoff(policy, attempt_no, retry_after, jitter),
+            status,
+            class,
+        },
+    }
+}
+
+/// A cheap plausibility check, so a row that can never be delivered fails without a request:
+/// non-empty, at most 254 bytes (RFC 5321 path limit), one `@` with text on both sides, a dot
+/// in the domain, no whitespace or control characters. Unicode is allowed (RFC 6531).
+pub fn plausible_email(email: Option<&str>) -> bool {
+    let Some(e) = email else { return false };
+    if e.is_empty() || e.len() > 254 || e.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return false;
+    }
+    match e.split_once('@') {
+        Some((local, domain)) => {
+            !local.is_empty()
+                && local.len() <= 64
+                && !domain.contains('@')
+                && domain.contains('.')
+                && !domain.starts_with('.')
+                && !domain.ends_with('.')
+        }
+        None => false,
+    }
+}
+
+/// Parses `Retry-After`: delta-seconds or an HTTP-date (RFC 9110 §10.2.3).
+pub fn parse_retry_after(value: &str, now: std::time::SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POLICY: RetryPolicy = RetryPolicy {
+        max_attempts: 5,
+        base: Duration::from_secs(1),
+        cap: Duration::from_secs(60),
+        retry_after_cap: Duration::from_secs(600),
+    };
+
+    #[test]
+    fn status_classes_follow_the_provider_contract() {
+        assert_eq!(classify(200, None), Attempt::Sent { status: 200 });
+        assert_eq!(classify(202, None), Attempt::Sent { status: 202 });
+        for s in [429, 500, 502, 503, 504, 599] {
+            assert!(matches!(classify(s, None), Attempt::Retry { .. }), "{s}");
+        }
+        for s in [400, 401, 403, 404, 409, 410, 422, 499] {
+            assert!(matches!(classify(s, None), Attempt::Permanent { class: ErrorClass::Rejected, .. }), "{s}");
+        }
+        for s in [100, 301, 302, 304, 600, 999] {
+            assert!(
+                matches!(classify(s, None), Attempt::Permanent { class: ErrorClass::UnexpectedStatus, .. }),
+                "{s}"
+            );
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_is_capped_and_jittered_within_half_a_step() {
+        for attempt in 1..=10u32 {
+            let step = Duration::from_secs(1 << (attempt - 1)).min(POLICY.cap);
+            let lo = backoff(&POLICY, attempt, None, 0.0);
+            let hi = backoff(&POLICY, attempt, None, 0.999_999);
+            assert_eq!(lo, step / 2, "attempt {attempt}");
+            assert!(hi <= step && hi > step.mul_f64(0.99), "attempt {attempt}: {hi:?}");
+        }
+    }
+
+    #[test]
+    fn backoff_never_comes_back_before_retry_after() {
+        let d = backoff(&POLICY, 1, Some(Duration::from_secs(30)), 0.0);
+        assert_eq!(d, Duration::from_secs(30));
+        let capped = backoff(&POLICY, 1, Some(Duration::from_secs(86_400)), 0.0);
+        assert_eq!(capped, POLICY.retry_after_cap);
+    }
+
+    #[test]
+    fn retryable_failures_become_failed_on_the_last_attempt() {
+        let retry = Attempt::Retry { status: Some(503), class: ErrorClass::ServerError, retry_after: None };
+        for n in 1..POLICY.max_attempts {
+            assert!(matches!(resolve(retry.clone(), n, &POLICY, 0.5), Resolution::RetryAfter { .. }), "{n}");
+        }
+        assert_eq!(
+            resolve(retry, POLICY.max_attempts, &POLICY, 0.5),
+            Resolution::Failed { status: Some(503), class: ErrorClass::ServerError }
+        );
+        let perm = Attempt::Permanent { status: Some(422), class: ErrorClass::Rejected };
+        assert!(matches!(resolve(perm, 1, &POLICY, 0.5), Resolution::Failed { .. }));
+    }
+
+    #[test]
+    fn implausible_addresses_are_caught_before_a_request() {
+        for ok in ["a@b.co", "ü.ser@exämple.jp", "x+tag@sub.example.com"] {
+            assert!(plausible_email(Some(ok)), "{ok}");
+        }
+        let long = format!("{}@example.com", "a".repeat(300));
+        for bad in ["", "no-at", "@example.com", "a@", "a@b", "a b@c.d", "a@b@c.d", "a@.com", long.as_str()] {
+            assert!(!plausible_email(Some(bad)), "{bad:?}");
+        }
+        assert!(!plausible_email(None));
+    }
+
+    #[test]
+    fn retry_after_accepts_seconds_and_http_dates() {
+        let now = std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+        assert_eq!(parse_retry_after("7", now), Some(Duration::from_secs(7)));
+        let later = httpdate::fmt_http_date(now + Duration::from_secs(120));
+        assert_eq!(parse_retry_after(&later, now), Some(Duration::from_secs(120)));
+        assert_eq!(parse_retry_after("soon", now), None);
+    }
+}

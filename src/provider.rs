@@ -1,0 +1,106 @@
+//! The provider client: one HTTP call per recipient. Touches only the provider, never the
+//! database, and is never called inside a database transaction.
+//!
+//! Contract (the real provider's and `fake-provider`'s):
+//! `POST {MAIL_URL}` with `{"to": email, "member_id": id, "template": campaign_id}`,
+//! `Idempotency-Key: {campaign_id}:{member_id}` (the same on every attempt: the provider
+//! suppresses repeats for 24 h, which is what makes a re-send after a crash harmless), and
+//! `Authorization: Bearer {MAIL_API_KEY}` when a key is set.
+
+use std::time::{Duration, SystemTime};
+
+use crate::config::{RunConfig, Secret};
+use crate::outcome::{classify, parse_retry_after, Attempt, ErrorClass};
+
+/// At most this much of a response body is read (and then dropped): enough to keep the
+/// connection reusable for normal answers, bounded for a hostile one.
+const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// The idempotency key of one recipient of one campaign. Never includes the attempt.
+pub fn idempotency_key(campaign_id: &str, member_id: i64) -> String {
+    format!("{campaign_id}:{member_id}")
+}
+
+#[derive(serde::Serialize)]
+struct SendBody<'a> {
+    to: &'a str,
+    member_id: i64,
+    template: &'a str,
+}
+
+#[derive(Clone)]
+pub struct Provider {
+    client: reqwest::Client,
+    url: reqwest::Url,
+    api_key: Option<Secret>,
+    campaign_id: String,
+}
+
+impl Provider {
+    pub fn new(cfg: &RunConfig) -> Result<Self, reqwest::Error> {
+        let connect = Duration::from_millis(cfg.connect_timeout_ms);
+        let read = Duration::from_millis(cfg.read_timeout_ms);
+        let client = reqwest::Client::builder()
+            .connect_timeout(connect)
+            .read_timeout(read)
+            // A whole attempt is bounded too, so a slowly dribbling body cannot hold a slot.
+            .timeout(connect + read)
+            .redirect(reqwest::redirect::Policy::none())
+            .pool_max_idle_per_host(cfg.send_concurrency as usize)
+            .tcp_nodelay(true)
+            .user_agent(concat!("campaign-sender/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        Ok(Self {
+            client,
+            url: reqwest::Url::parse(&cfg.mail_url).expect("MAIL_URL validated at start"),
+            api_key: cfg.mail_api_key.clone(),
+            campaign_id: cfg.campaign_id.clone(),
+        })
+    }
+
+    /// One attempt for one recipient. `attempt` is for tracing only: the key never changes.
+    #[tracing::instrument(name = "send", skip_all, fields(member_id, attempt))]
+    pub async fn send(&self, member_id: i64, attempt: i32, email: &str) -> Attempt {
+        let _ = attempt;
+        let mut req = self
+            .client
+            .post(self.url.clone())
+            .header("Idempotency-Key", idempotency_key(&self.campaign_id, member_id))
+            .json(&SendBody { to: email, member_id, template: &self.campaign_id });
+        if let Some(key) = &self.api_key {
+            req = req.bearer_auth(key.expose());
+        }
+        match req.send().await {
+            Ok(mut resp) => {
+                let status = resp.status().as_u16();
+                let retry_after = resp
+                    .headers()
+                    .get(reqwest::header::RETRY_AFTER)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| parse_retry_after(v, SystemTime::now()));
+                // Drain a bounded amount so the connection can be reused; the content is not
+                // needed (and may echo personal data), so it is never kept or logged.
+                let mut read = 0usize;
+                while read < MAX_BODY_BYTES {
+                    match resp.chunk().await {
+                        Ok(Some(c)) => read += c.len(),
+                        _ => break,
+                    }
+                }
+                classify(status, retry_after)
+            }
+            Err(e) => {
+                let class = if e.is_timeout() {
+                    ErrorClass::Timeout
+                } else if e.is_connect() {
+                    ErrorClass::Connect
+                } else {
+                    ErrorClass::Transport
+                };
+                // The request may or may not have reached the provider: retrying with the same
+                // idempotency key is safe either way.
+                Attempt::Retry { status: None, class, retry_after: None }
+            }
+        }
+    }
+}

@@ -1,0 +1,360 @@
+//! Every SQL statement on `campaign_targets`, each with the invariant it keeps.
+//!
+//! Transactions, locks and timeouts: every statement here is a single auto-committed statement.
+//! No transaction is ever held across a provider call. Row locks live only for the duration of
+//! the claim statement; after that, ownership is the lease (`lease_until`) plus the fencing token
+//! (`claim_id`), and every write matches the token.
+//!
+//! `claim` is the one deliberate command–query exception: it changes rows and returns them,
+//! because doing both in one statement is what makes it atomic.
+
+use std::time::Duration;
+
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::{ConnectOptions, Row};
+use uuid::Uuid;
+
+use crate::config::DbConfig;
+use crate::outcome::Resolution;
+
+/// The embedded migrations (`migrations/`).
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+/// One claimed row, as the worker needs it. The email is personal data: it goes into the
+/// request body and nowhere else.
+#[derive(Clone)]
+pub struct ClaimedRow {
+    pub member_id: i64,
+    pub email: Option<String>,
+    /// This claim's attempt number (1 for the first).
+    pub attempt: i32,
+}
+
+impl std::fmt::Debug for ClaimedRow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClaimedRow")
+            .field("member_id", &self.member_id)
+            .field("email", &"[personal data]")
+            .field("attempt", &self.attempt)
+            .finish()
+    }
+}
+
+/// A claimed batch: the rows and the fencing token every write about them must carry.
+#[derive(Debug, Clone)]
+pub struct Batch {
+    pub claim_id: Uuid,
+    pub rows: Vec<ClaimedRow>,
+}
+
+/// Work left in a campaign (opted-out rows are not work).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Remaining {
+    /// `pending` and claimable now.
+    pub ready: i64,
+    /// `pending`, waiting for `not_before` (retry backoff).
+    pub waiting: i64,
+    /// `sending`: leased by a worker (or by a crashed one until the lease expires).
+    pub leased: i64,
+    /// Seconds until the earliest waiting row or lease becomes claimable.
+    pub next_due_s: Option<f64>,
+}
+
+impl Remaining {
+    pub fn total(&self) -> i64 {
+        self.ready + self.waiting + self.leased
+    }
+}
+
+/// Final states of a whole campaign.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CampaignCounts {
+    pub total: i64,
+    pub sent: i64,
+    pub failed: i64,
+    pub pending: i64,
+    pub sending: i64,
+    /// Opted out and not sent (sent before the opt-out stays `sent`).
+    pub opted_out: i64,
+}
+
+/// Why a row must not be sent although we claimed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// `opted_out_at` was set after the claim.
+    OptedOut,
+    /// Our lease lapsed and another worker re-claimed the row: it is not ours any more.
+    Lost,
+}
+
+/// The campaign-scoped store.
+#[derive(Clone)]
+pub struct Store {
+    pool: PgPool,
+    campaign_id: String,
+}
+
+/// Connects with bounded retries: an unreachable database at start (a pod scheduled before
+/// Cloud SQL's proxy is up, a failover) is waited for up to `DB_CONNECT_RETRY_S`, then reported.
+pub async fn connect(cfg: &DbConfig) -> Result<PgPool, sqlx::Error> {
+    let opts: sqlx::postgres::PgConnectOptions = cfg.database_url.expose().parse()?;
+    let opts = opts
+        .application_name("campaign-sender")
+        .log_slow_statements(tracing::log::LevelFilter::Warn, Duration::from_secs(2));
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(cfg.db_connect_retry_s);
+    let mut wait = Duration::from_millis(200);
+    loop {
+        let attempt = PgPoolOptions::new()
+            .max_connections(cfg.db_max_connections)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(opts.clone())
+            .await;
+        match attempt {
+            Ok(pool) => return Ok(pool),
+            // A wrong password or a missing database does not heal by waiting.
+            Err(sqlx::Error::Database(e)) => return Err(sqlx::Error::Database(e)),
+            Err(e) if tokio::time::Instant::now() + wait > give_up => return Err(e),
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "database not reachable yet");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
+
+impl Store {
+    pub fn new(pool: PgPool, campaign_id: impl Into<String>) -> Self {
+        Self { pool, campaign_id: campaign_id.into() }
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    pub fn campaign_id(&self) -> &str {
+        &self.campaign_id
+    }
+
+    /// Claims up to `limit` rows for `lease`, under a fresh fencing token.
+    ///
+    /// Invariants:
+    /// - two claims never get the same row: `FOR UPDATE SKIP LOCKED` locks what it picks and
+    ///   passes over rows another claim is locking, instead of waiting for it;
+    /// - an opted-out row is never claimed (`opted_out_at IS NULL`, re-evaluated on the locked,
+    ///   latest row version, so an opt-out committed before the claim always wins);
+    /// - a row in retry backoff is not claimed before `not_before`;
+    /// - a row another worker holds is taken only after its lease expired (the crash case);
+    /// - the claim counts the attempt (`attempts + 1`) and stamps a new `claim_id`, which
+    ///   fences off every later write by the previous holder.
+    pub async fn claim(&self, limit: u32, lease: Duration) -> Result<Batch, sqlx::Error> {
+        let claim_id = Uuid::new_v4();
+        // language=PostgreSQL
+        let rows = sqlx::query(
+            r#"
+            WITH picked AS (
+                SELECT member_id
+                  FROM campaign_targets
+                 WHERE campaign_id = $1
+                   AND opted_out_at IS NULL
+                   AND state IN ('pending', 'sending')
+                   AND (   (state = 'pending' AND (not_before IS NULL OR not_before <= now()))
+                        OR (state = 'sending' AND (lease_until IS NULL OR lease_until < now())))
+                 ORDER BY member_id
+                 LIMIT $2
+                   FOR UPDATE SKIP LOCKED
+            )
+            UPDATE campaign_targets t
+               SET state       = 'sending',
+                   attempts    = t.attempts + 1,
+                   claim_id    = $3,
+                   lease_until = now() + make_interval(secs => $4),
+                   not_before  = NULL,
+                   updated_at  = now()
+              FROM picked
+             WHERE t.campaign_id = $1
+               AND t.member_id = picked.member_id
+            RETURNING t.member_id, t.email, t.attempts
+            "#,
+        )
+        .bind(&self.campaign_id)
+        .bind(limit as i64)
+        .bind(claim_id)
+        .bind(lease.as_secs_f64())
+        .fetch_all(&self.pool)
+        .await?;
+        let rows = rows
+            .into_iter()
+            .map(|r| ClaimedRow { member_id: r.get(0), email: r.get(1), attempt: r.get(2) })
+            .collect();
+        Ok(Batch { claim_id, rows })
+    }
+
+    /// Which of these claimed rows must not be sent now.
+    ///
+    /// Invariant: a send starts only after this has seen the row still ours (`state =
+    /// 'sending'`, our `claim_id`) and not opted out. Run just before sending, it closes the
+    /// window between claim and send to the freshness the caller demands.
+    pub async fn holds(&self, claim_id: Uuid, member_ids: &[i64]) -> Result<Vec<(i64, Hold)>, sqlx::Error> {
+        // language=PostgreSQL
+        let rows = sqlx::query(
+            r#"
+            SELECT member_id, opted_out_at IS NOT NULL AS opted_out
+              FROM campaign_targets
+             WHERE campaign_id = $1
+               AND member_id = ANY($2)
+               AND (   opted_out_at IS NOT NULL
+                    OR state <> 'sending'
+                    OR claim_id IS DISTINCT FROM $3)
+            "#,
+        )
+        .bind(&self.campaign_id)
+        .bind(member_ids)
+        .bind(claim_id)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| {
+                let hold = if r.get::<bool, _>(1) { Hold::OptedOut } else { Hold::Lost };
+                (r.get(0), hold)
+            })
+            .collect())
+    }
+
+    /// Writes a batch's results in one fenced statement; returns how many rows were written.
+    /// `results.len() - written` rows were stale: re-claimed by someone else after our lease
+    /// expired, so their outcome is not ours to record.
+    ///
+    /// Invariants:
+    /// - the fence: only rows still `sending` under our `claim_id` are touched;
+    /// - `sent` stamps `sent_at` (what the legacy job and any rollback read);
+    /// - a released row gives its attempt back (`attempts - 1`) and keeps its last provider
+    ///   answer, so time-budget leftovers and shutdown do not use up retries;
+    /// - a retry gets `not_before = now() + delay`, so no one claims it before then.
+    pub async fn finish(&self, claim_id: Uuid, results: &[(i64, Resolution)]) -> Result<u64, sqlx::Error> {
+        if results.is_empty() {
+            return Ok(0);
+        }
+        let n = results.len();
+        let (mut ids, mut states, mut attempted, mut delays, mut statuses, mut errors) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        for (member_id, res) in results {
+            let (state, was_attempted, delay_ms, status, error): (&str, bool, Option<i64>, Option<u16>, Option<&str>) =
+                match res {
+                    Resolution::Sent { status } => ("sent", true, None, Some(*status), None),
+                    Resolution::RetryAfter { delay, status, class } => {
+                        ("pending", true, Some(delay.as_millis() as i64), *status, Some(class.as_str()))
+                    }
+                    Resolution::Failed { status, class } => ("failed", true, None, *status, Some(class.as_str())),
+                    Resolution::Released { class } => ("pending", false, None, None, Some(class.as_str())),
+                };
+            ids.push(*member_id);
+            states.push(state);
+            attempted.push(was_attempted);
+            delays.push(delay_ms);
+            statuses.push(status.map(|s| s as i16));
+            errors.push(error);
+        }
+        // language=PostgreSQL
+        let written = sqlx::query(
+            r#"
+            UPDATE campaign_targets t
+               SET state       = r.state,
+                   attempts    = CASE WHEN r.attempted THEN t.attempts ELSE greatest(t.attempts - 1, 0) END,
+                   not_before  = CASE WHEN r.delay_ms IS NULL THEN NULL
+                                      ELSE now() + r.delay_ms * interval '1 millisecond' END,
+                   sent_at     = CASE WHEN r.state = 'sent' THEN now() ELSE t.sent_at END,
+                   last_status = CASE WHEN r.attempted THEN r.status ELSE t.last_status END,
+                   last_error  = CASE WHEN r.attempted THEN r.error ELSE coalesce(r.error, t.last_error) END,
+                   lease_until = NULL,
+                   updated_at  = now()
+              FROM unnest($3::bigint[], $4::text[], $5::bool[], $6::bigint[], $7::int2[], $8::text[])
+                   AS r(member_id, state, attempted, delay_ms, status, error)
+             WHERE t.campaign_id = $1
+               AND t.member_id = r.member_id
+               AND t.state = 'sending'
+               AND t.claim_id = $2
+            "#,
+        )
+        .bind(&self.campaign_id)
+        .bind(claim_id)
+        .bind(&ids)
+        .bind(&states)
+        .bind(&attempted)
+        .bind(&delays)
+        .bind(&statuses)
+        .bind(&errors)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok(written)
+    }
+
+    /// Work left. Uses the work-set index only.
+    ///
+    /// Invariant: opted-out rows are not remaining work (they will never be claimed).
+    pub async fn remaining(&self) -> Result<Remaining, sqlx::Error> {
+        // language=PostgreSQL
+        let r = sqlx::query(
+            r#"
+            SELECT count(*) FILTER (WHERE state = 'pending' AND (not_before IS NULL OR not_before <= now())),
+                   count(*) FILTER (WHERE state = 'pending' AND not_before > now()),
+                   count(*) FILTER (WHERE state = 'sending'),
+                   extract(epoch FROM min(CASE WHEN state = 'pending' THEN not_before
+                                               ELSE lease_until END) - now())::float8
+              FROM campaign_targets
+             WHERE campaign_id = $1
+               AND state IN ('pending', 'sending')
+               AND opted_out_at IS NULL
+            "#,
+        )
+        .bind(&self.campaign_id)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(Remaining { ready: r.get(0), waiting: r.get(1), leased: r.get(2), next_due_s: r.get(3) })
+    }
+
+    /// Rows in `failed` (partial index): checked during the run against the threshold.
+    pub async fn failed_count(&self) -> Result<i64, sqlx::Error> {
+        // language=PostgreSQL
+        sqlx::query_scalar("SELECT count(*) FROM campaign_targets WHERE campaign_id = $1 AND state = 'failed'")
+            .bind(&self.campaign_id)
+            .fetch_one(&self.pool)
+            .await
+    }
+
+    /// Counts by final state for the whole campaign (one scan of its rows; for reports).
+    pub async fn counts(&self) -> Result<CampaignCounts, sqlx::Error> {
+        // language=PostgreSQL
+        let r = sqlx::query(
+            r#"
+            SELECT count(*),
+                   count(*) FILTER (WHERE state = 'sent'),
+                   count(*) FILTER (WHERE state = 'failed'),
+                   count(*) FILTER (WHERE state = 'pending' AND opted_out_at IS NULL),
+                   count(*) FILTER (WHERE state = 'sending' AND opted_out_at IS NULL),
+                   count(*) FILTER (WHERE opted_out_at IS NOT NULL AND state <> 'sent')
+              FROM campaign_targets
+             WHERE campaign_id = $1
+            "#,
+        )
+        .bind(&self.campaign_id)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(CampaignCounts {
+            total: r.get(0),
+            sent: r.get(1),
+            failed: r.get(2),
+            pending: r.get(3),
+            sending: r.get(4),
+            opted_out: r.get(5),
+        })
+    }
+}

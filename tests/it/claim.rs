@@ -1,0 +1,124 @@
+//! Claiming and fencing: who may take a row, and who may write its result.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use campaign_sender::fake_provider::FakeConfig;
+use campaign_sender::outcome::Resolution;
+use sqlx::PgPool;
+
+use crate::helpers::*;
+
+const LEASE: Duration = Duration::from_secs(60);
+
+async fn expire_leases(pool: &PgPool) {
+    // Stands in for time passing beyond LEASE_S (the crash case), deterministically.
+    sqlx::query("UPDATE campaign_targets SET lease_until = now() - interval '1 second' WHERE state = 'sending'")
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn two_workers_claiming_at_once_get_disjoint_rows(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 1000).await;
+    let (a, b) = (store(&pool), store(&pool));
+    let mut all = HashSet::new();
+    for _ in 0..3 {
+        let (x, y) = tokio::join!(a.claim(150, LEASE), b.claim(150, LEASE));
+        for row in x.unwrap().rows.into_iter().chain(y.unwrap().rows) {
+            assert!(all.insert(row.member_id), "member {} claimed twice", row.member_id);
+        }
+    }
+    assert_eq!(all.len(), 900);
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_claim_is_not_made_to_wait_by_rows_another_worker_holds_locked(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 300).await;
+    // Another worker's claim statement, caught mid-flight: it holds row locks on 1..=100.
+    let mut holder = pool.begin().await.unwrap();
+    sqlx::query("SELECT member_id FROM campaign_targets WHERE member_id <= 100 ORDER BY member_id FOR UPDATE")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+
+    let claimed = tokio::time::timeout(Duration::from_secs(3), store(&pool).claim(200, LEASE))
+        .await
+        .expect("claim waited for another worker's locks instead of skipping them")
+        .unwrap();
+    let ids: Vec<i64> = claimed.rows.iter().map(|r| r.member_id).collect();
+    assert_eq!(ids.len(), 200);
+    assert!(ids.iter().all(|&id| id > 100), "claimed a row locked by someone else");
+    holder.rollback().await.unwrap();
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn an_opted_out_member_is_never_claimed_sent_or_counted_as_remaining(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 20).await;
+    sqlx::query("UPDATE campaign_targets SET opted_out_at = now() WHERE member_id IN (3, 7)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let s = store(&pool);
+    assert_eq!(s.remaining().await.unwrap().total(), 18);
+    let batch = s.claim(200, LEASE).await.unwrap();
+    let ids: HashSet<i64> = batch.rows.iter().map(|r| r.member_id).collect();
+    assert_eq!(ids.len(), 18);
+    assert!(!ids.contains(&3) && !ids.contains(&7));
+    s.finish(batch.claim_id, &batch.rows.iter().map(|r| (r.member_id, Resolution::Released { class: campaign_sender::outcome::ErrorClass::Released })).collect::<Vec<_>>())
+        .await
+        .unwrap();
+
+    let p = provider(FakeConfig::default()).await;
+    let report = worker(&pool, config(&p.url)).run(Default::default()).await.unwrap();
+    assert_eq!(report.exit_code, 0);
+    assert_eq!(report.campaign.opted_out, 2);
+    let delivered: HashSet<i64> = p.fake.deliveries().iter().map(|d| d.member_id).collect();
+    assert_eq!(delivered.len(), 18);
+    assert!(!delivered.contains(&3) && !delivered.contains(&7));
+    assert_eq!(state_of(&pool, 3).await.0, "pending");
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_crashed_claim_is_retaken_only_after_its_lease_expires(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 50).await;
+    let s = store(&pool);
+    let crashed = s.claim(200, LEASE).await.unwrap();
+    assert_eq!(crashed.rows.len(), 50);
+    // The worker "dies" here: no finish. Its lease still runs.
+    assert!(s.claim(200, LEASE).await.unwrap().rows.is_empty(), "leased rows were taken early");
+    let rem = s.remaining().await.unwrap();
+    assert_eq!((rem.leased, rem.total()), (50, 50));
+
+    expire_leases(&pool).await;
+    let retaken = s.claim(200, LEASE).await.unwrap();
+    assert_eq!(retaken.rows.len(), 50);
+    assert!(retaken.rows.iter().all(|r| r.attempt == 2));
+    assert_ne!(retaken.claim_id, crashed.claim_id);
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_stale_worker_cannot_overwrite_a_row_after_it_was_reclaimed(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 10).await;
+    let s = store(&pool);
+    let slow = s.claim(200, LEASE).await.unwrap();
+    expire_leases(&pool).await;
+    let fresh = s.claim(200, LEASE).await.unwrap();
+    assert_eq!(fresh.rows.len(), 10);
+
+    // The slow worker wakes up and reports failures: the fence must refuse every row.
+    let late: Vec<_> = slow
+        .rows
+        .iter()
+        .map(|r| (r.member_id, Resolution::Failed { status: Some(422), class: campaign_sender::outcome::ErrorClass::Rejected }))
+        .collect();
+    assert_eq!(s.finish(slow.claim_id, &late).await.unwrap(), 0, "stale results were written");
+    assert_eq!(states(&pool).await.get("sending"), Some(&10));
+
+    let ok: Vec<_> = fresh.rows.iter().map(|r| (r.member_id, Resolution::Sent { status: 200 })).collect();
+    assert_eq!(s.finish(fresh.claim_id, &ok).await.unwrap(), 10);
+    assert_eq!(states(&pool).await.get("sent"), Some(&10));
+    // And once settled, the stale worker still cannot touch them.
+    assert_eq!(s.finish(slow.claim_id, &late).await.unwrap(), 0);
+}

@@ -1,0 +1,132 @@
+//! Shared test plumbing: seeding, an in-process fake provider, test-speed configs, worker
+//! processes.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use campaign_sender::config::RunConfig;
+use campaign_sender::fake_provider::{self, FakeConfig, FakeProvider};
+use campaign_sender::store::Store;
+use campaign_sender::worker::Worker;
+use sqlx::PgPool;
+
+pub const CAMPAIGN: &str = "spring-sale";
+
+/// Members 1..=n of `campaign`, each with a plausible address.
+pub async fn seed(pool: &PgPool, campaign: &str, n: i64) {
+    sqlx::query(
+        "INSERT INTO campaign_targets (campaign_id, member_id, email)
+         SELECT $1, g, 'member' || g || '@example.com' FROM generate_series(1, $2) g",
+    )
+    .bind(campaign)
+    .bind(n)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+pub struct TestProvider {
+    pub url: String,
+    pub fake: Arc<FakeProvider>,
+}
+
+pub async fn provider(cfg: FakeConfig) -> TestProvider {
+    let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let (bound, fake, _task) = fake_provider::spawn(cfg, addr).await.unwrap();
+    TestProvider { url: format!("http://{bound}/v1/send"), fake }
+}
+
+/// Defaults shrunk to test speed: short timeouts and backoff, generous rate.
+pub fn config(url: &str) -> RunConfig {
+    let vars: Vec<(String, String)> = [
+        ("CAMPAIGN_ID", CAMPAIGN),
+        ("MAIL_URL", url),
+        ("BACKOFF_BASE_MS", "20"),
+        ("BACKOFF_MAX_MS", "200"),
+        ("CONNECT_TIMEOUT_MS", "1000"),
+        ("READ_TIMEOUT_MS", "2000"),
+        ("LEASE_S", "30"),
+        ("BATCH_BUDGET_S", "20"),
+        ("MAIL_RATE_PER_S", "5000"),
+        ("IDLE_POLL_MS", "50"),
+        ("DEADLINE_S", "120"),
+        ("WORKER_ID", "test-worker"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    RunConfig::from_iter(vars).unwrap()
+}
+
+pub fn worker(pool: &PgPool, cfg: RunConfig) -> Worker {
+    let store = Store::new(pool.clone(), cfg.campaign_id.clone());
+    Worker::new(cfg, store, Duration::from_secs(10)).unwrap()
+}
+
+pub fn store(pool: &PgPool) -> Store {
+    Store::new(pool.clone(), CAMPAIGN)
+}
+
+/// state → count for the test campaign.
+pub async fn states(pool: &PgPool) -> HashMap<String, i64> {
+    sqlx::query_as::<_, (String, i64)>(
+        "SELECT state, count(*) FROM campaign_targets WHERE campaign_id = $1 GROUP BY state",
+    )
+    .bind(CAMPAIGN)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .collect()
+}
+
+pub async fn state_of(pool: &PgPool, member_id: i64) -> (String, i32, Option<i16>, Option<String>) {
+    sqlx::query_as("SELECT state, attempts, last_status, last_error FROM campaign_targets WHERE campaign_id = $1 AND member_id = $2")
+        .bind(CAMPAIGN)
+        .bind(member_id)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// A URL for a child process to reach this test's own database.
+pub async fn database_url(pool: &PgPool) -> String {
+    let db: String = sqlx::query_scalar("SELECT current_database()").fetch_one(pool).await.unwrap();
+    let mut url = reqwest::Url::parse(&std::env::var("DATABASE_URL").expect("DATABASE_URL")).unwrap();
+    url.set_path(&format!("/{db}"));
+    url.to_string()
+}
+
+/// A `campaign-sender` process with test-speed settings plus `env`.
+pub fn spawn_sender(args: &[&str], db_url: &str, env: &[(&str, &str)]) -> tokio::process::Child {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_campaign-sender"));
+    cmd.args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("DATABASE_URL", db_url)
+        .env("LOG_FORMAT", "json")
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.spawn().expect("spawn campaign-sender")
+}
+
+/// Waits for a child with a bound; returns (exit code, stdout, stderr).
+pub async fn finish(child: tokio::process::Child, limit: Duration) -> (i32, String, String) {
+    let out = tokio::time::timeout(limit, child.wait_with_output())
+        .await
+        .expect("process did not finish in time")
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

@@ -1,0 +1,11 @@
+//! One integration-test binary, on real PostgreSQL: every `#[sqlx::test]` gets a fresh database
+//! (from `DATABASE_URL`, which `scripts/test.sh` points at a throwaway server) with the
+//! migrations applied. The fake provider runs in-process on port 0.
+
+mod helpers;
+
+mod claim;
+mod e2e;
+mod exit_codes;
+mod migrate;
+mod sending;

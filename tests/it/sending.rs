@@ -1,0 +1,148 @@
+//! Sending: retries, backoff, budget leftovers, the idempotency key, opt-outs after the claim.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use campaign_sender::fake_provider::FakeConfig;
+use campaign_sender::store::Store;
+use campaign_sender::worker::Step;
+use sqlx::PgPool;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::helpers::*;
+
+fn far() -> Instant {
+    Instant::now() + Duration::from_secs(3600)
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn retry_backs_off_then_fails_after_max_attempts(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 1).await;
+    let p = provider(FakeConfig { always_unavailable: true, ..Default::default() }).await;
+    let mut cfg = config(&p.url);
+    cfg.max_attempts = 3;
+    cfg.backoff_base_ms = 300;
+    cfg.backoff_max_ms = 300;
+    let w = worker(&pool, cfg);
+    let cancel = CancellationToken::new();
+
+    let s = Store::new(pool.clone(), CAMPAIGN);
+    for attempt in 1..=3 {
+        assert!(matches!(w.step(far(), &cancel).await.unwrap(), Step::Worked { claimed: 1 }));
+        let (state, attempts, status, error) = state_of(&pool, 1).await;
+        assert_eq!((attempts, status, error.as_deref()), (attempt, Some(503), Some("server_error")));
+        if attempt < 3 {
+            assert_eq!(state, "pending");
+            // Backing off: not claimable until not_before (>= half the 300 ms step).
+            let wait: f64 = sqlx::query_scalar(
+                "SELECT extract(epoch FROM not_before - now())::float8 FROM campaign_targets WHERE member_id = 1",
+            )
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            assert!(wait > 0.1, "retry not delayed: {wait}s");
+            assert!(matches!(w.step(far(), &cancel).await.unwrap(), Step::Empty(r) if r.waiting == 1));
+            tokio::time::sleep(Duration::from_secs_f64(wait + 0.05)).await;
+        } else {
+            assert_eq!(state, "failed");
+        }
+    }
+    assert_eq!(s.remaining().await.unwrap().total(), 0);
+    assert_eq!(p.fake.stats().requests, 3);
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn time_budget_leftovers_are_released_without_counting_an_attempt(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 20).await;
+    let p = provider(FakeConfig { latency_mean_ms: 200, ..Default::default() }).await;
+    let mut cfg = config(&p.url);
+    cfg.send_concurrency = 1;
+    let w = worker(&pool, cfg);
+    let stop_at = Instant::now() + Duration::from_millis(500);
+    w.step(stop_at, &CancellationToken::new()).await.unwrap();
+
+    let st = states(&pool).await;
+    let sent = st.get("sent").copied().unwrap_or(0);
+    let pending = st.get("pending").copied().unwrap_or(0);
+    assert!((1..=4).contains(&sent), "sent {sent}");
+    assert_eq!(sent + pending, 20, "{st:?}");
+    let counted: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM campaign_targets WHERE state = 'pending' AND (attempts <> 0 OR not_before IS NOT NULL OR last_error <> 'released')",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(counted, 0, "a released row kept its attempt or a wait");
+    // Released rows are claimable at once.
+    assert_eq!(store(&pool).remaining().await.unwrap().ready, pending);
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_cancelled_run_releases_unsent_rows_at_once(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 50).await;
+    let p = provider(FakeConfig { latency_mean_ms: 100, ..Default::default() }).await;
+    let mut cfg = config(&p.url);
+    cfg.send_concurrency = 2;
+    let w = worker(&pool, cfg);
+    let cancel = CancellationToken::new();
+    let c = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        c.cancel();
+    });
+    let report = w.run(cancel).await.unwrap();
+    assert_eq!(report.exit_code, 1);
+    let st = states(&pool).await;
+    assert_eq!(st.get("sending"), None, "rows left leased after shutdown: {st:?}");
+    assert!(report.stats.released >= 30, "{:?}", report.stats);
+    assert_eq!(report.stats.sent as i64, *st.get("sent").unwrap());
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn the_idempotency_key_is_the_same_on_every_attempt(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 100).await;
+    // Members 25, 50, 75, 100 get a 503 on their first attempt and are retried.
+    let p = provider(FakeConfig { faults: true, ..Default::default() }).await;
+    let report = worker(&pool, config(&p.url)).run(Default::default()).await.unwrap();
+    assert_eq!(report.exit_code, 0);
+    let stats = p.fake.stats();
+    assert_eq!((stats.faults_503, stats.delivered, stats.requests), (4, 100, 104));
+    for d in p.fake.deliveries() {
+        assert_eq!(d.keys, vec![format!("{CAMPAIGN}:{}", d.member_id)], "member {}", d.member_id);
+    }
+    for m in [25, 50, 75, 100] {
+        assert_eq!(state_of(&pool, m).await.0, "sent");
+    }
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn an_opt_out_committed_after_claim_but_before_send_stops_that_send(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 40).await;
+    let p = provider(FakeConfig { latency_mean_ms: 100, ..Default::default() }).await;
+    let mut cfg = config(&p.url);
+    cfg.send_concurrency = 1;
+    cfg.optout_recheck_ms = 50;
+    let w = worker(&pool, cfg);
+    let opt_out = {
+        let pool = pool.clone();
+        async move {
+            // The batch (all 40) is claimed at once; opt 31..=40 out while 1..=30 are sending.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            sqlx::query("UPDATE campaign_targets SET opted_out_at = now() WHERE member_id > 30")
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+    };
+    let cancel = CancellationToken::new();
+    let (step, _) = tokio::join!(w.step(far(), &cancel), opt_out);
+    assert!(matches!(step.unwrap(), Step::Worked { claimed: 40 }));
+    let delivered: HashSet<i64> = p.fake.deliveries().iter().map(|d| d.member_id).collect();
+    assert!(delivered.iter().all(|&m| m <= 30), "sent after opt-out: {delivered:?}");
+    assert_eq!(delivered.len(), 30);
+    assert_eq!(w.stats().opted_out, 10);
+    let (state, attempts, _, error) = state_of(&pool, 35).await;
+    assert_eq!((state.as_str(), attempts, error.as_deref()), ("pending", 0, Some("opted_out")));
+    assert_eq!(store(&pool).remaining().await.unwrap().total(), 0);
+}
