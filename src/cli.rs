@@ -14,7 +14,11 @@ use crate::store::{self, Store, MIGRATOR};
 use crate::worker::Worker;
 
 #[derive(Parser, Debug)]
-#[command(name = "campaign-sender", version, about = "Crash-, overlap- and restart-safe campaign sender on PostgreSQL")]
+#[command(
+    name = "campaign-sender",
+    version,
+    about = "Crash-, overlap- and restart-safe campaign sender on PostgreSQL"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -40,7 +44,10 @@ fn config_failure(e: ConfigError) -> ExitCode {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     crate::telemetry::init();
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
     rt.block_on(dispatch(cli))
 }
 
@@ -87,7 +94,10 @@ async fn dispatch(cli: Cli) -> ExitCode {
             };
             match worker.run(cancel).await {
                 Ok(report) => {
-                    println!("{}", serde_json::to_string(&report).expect("report serialises"));
+                    println!(
+                        "{}",
+                        serde_json::to_string(&report).expect("report serialises")
+                    );
                     eprintln!("{}", report.human());
                     ExitCode::from(report.exit_code)
                 }

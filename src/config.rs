@@ -47,7 +47,10 @@ pub struct ConfigError {
 
 impl ConfigError {
     fn new(var: &str, problem: impl Into<String>) -> Self {
-        Self { var: var.to_string(), problem: problem.into() }
+        Self {
+            var: var.to_string(),
+            problem: problem.into(),
+        }
     }
 
     fn from_envy(err: envy::Error) -> Self {
@@ -57,8 +60,16 @@ impl ConfigError {
             }
             envy::Error::Custom(msg) => {
                 // envy says "... while parsing value '…' provided by NAME"; keep NAME up front.
-                let var = msg.rsplit("provided by ").next().unwrap_or("environment").to_string();
-                let problem = msg.split(" while parsing").next().unwrap_or(&msg).to_string();
+                let var = msg
+                    .rsplit("provided by ")
+                    .next()
+                    .unwrap_or("environment")
+                    .to_string();
+                let problem = msg
+                    .split(" while parsing")
+                    .next()
+                    .unwrap_or(&msg)
+                    .to_string();
                 Self::new(&var, format!("cannot be parsed ({problem})"))
             }
         }
@@ -84,7 +95,9 @@ impl DbConfig {
         Self::from_iter(std::env::vars())
     }
 
-    pub fn from_iter(vars: impl IntoIterator<Item = (String, String)>) -> Result<Self, ConfigError> {
+    pub fn from_iter(
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
         let cfg: Self = envy::from_iter(vars).map_err(ConfigError::from_envy)?;
         cfg.validate()?;
         Ok(cfg)
@@ -93,7 +106,10 @@ impl DbConfig {
     fn validate(&self) -> Result<(), ConfigError> {
         let url = self.database_url.expose();
         if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-            return Err(ConfigError::new("DATABASE_URL", "must start with postgres:// or postgresql://"));
+            return Err(ConfigError::new(
+                "DATABASE_URL",
+                "must start with postgres:// or postgresql://",
+            ));
         }
         positive("DB_MAX_CONNECTIONS", self.db_max_connections as u64)?;
         Ok(())
@@ -176,23 +192,57 @@ pub struct RunConfig {
 }
 
 mod defaults {
-    pub fn db_max_connections() -> u32 { 4 }
-    pub fn db_connect_retry_s() -> u64 { 30 }
-    pub fn batch_size() -> u32 { 200 }
-    pub fn send_concurrency() -> u32 { 32 }
-    pub fn mail_rate_per_s() -> u32 { 500 }
-    pub fn lease_s() -> u64 { 60 }
-    pub fn batch_budget_s() -> u64 { 40 }
-    pub fn deadline_s() -> u64 { 3300 }
-    pub fn max_attempts() -> u32 { 5 }
-    pub fn backoff_base_ms() -> u64 { 1000 }
-    pub fn backoff_max_ms() -> u64 { 60_000 }
-    pub fn retry_after_max_s() -> u64 { 600 }
-    pub fn connect_timeout_ms() -> u64 { 2000 }
-    pub fn read_timeout_ms() -> u64 { 5000 }
-    pub fn max_permanent_failure_ratio() -> f64 { 0.01 }
-    pub fn optout_recheck_ms() -> u64 { 1000 }
-    pub fn idle_poll_ms() -> u64 { 1000 }
+    pub fn db_max_connections() -> u32 {
+        4
+    }
+    pub fn db_connect_retry_s() -> u64 {
+        30
+    }
+    pub fn batch_size() -> u32 {
+        200
+    }
+    pub fn send_concurrency() -> u32 {
+        32
+    }
+    pub fn mail_rate_per_s() -> u32 {
+        500
+    }
+    pub fn lease_s() -> u64 {
+        60
+    }
+    pub fn batch_budget_s() -> u64 {
+        40
+    }
+    pub fn deadline_s() -> u64 {
+        3300
+    }
+    pub fn max_attempts() -> u32 {
+        5
+    }
+    pub fn backoff_base_ms() -> u64 {
+        1000
+    }
+    pub fn backoff_max_ms() -> u64 {
+        60_000
+    }
+    pub fn retry_after_max_s() -> u64 {
+        600
+    }
+    pub fn connect_timeout_ms() -> u64 {
+        2000
+    }
+    pub fn read_timeout_ms() -> u64 {
+        5000
+    }
+    pub fn max_permanent_failure_ratio() -> f64 {
+        0.01
+    }
+    pub fn optout_recheck_ms() -> u64 {
+        1000
+    }
+    pub fn idle_poll_ms() -> u64 {
+        1000
+    }
 }
 
 fn positive(var: &str, value: u64) -> Result<(), ConfigError> {
@@ -207,7 +257,9 @@ impl RunConfig {
         Self::from_iter(std::env::vars())
     }
 
-    pub fn from_iter(vars: impl IntoIterator<Item = (String, String)>) -> Result<Self, ConfigError> {
+    pub fn from_iter(
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
         let cfg: Self = envy::from_iter(vars).map_err(ConfigError::from_envy)?;
         cfg.validate()?;
         Ok(cfg)
@@ -231,13 +283,23 @@ impl RunConfig {
             Ok(u) => {
                 return Err(ConfigError::new(
                     "MAIL_URL",
-                    format!("scheme {:?} is not http or https, or the host is missing", u.scheme()),
+                    format!(
+                        "scheme {:?} is not http or https, or the host is missing",
+                        u.scheme()
+                    ),
                 ))
             }
             Err(e) => return Err(ConfigError::new("MAIL_URL", format!("is not a URL ({e})"))),
         }
-        if self.mail_api_key.as_ref().is_some_and(|k| k.expose().trim().is_empty()) {
-            return Err(ConfigError::new("MAIL_API_KEY", "is set but empty; unset it or give the key"));
+        if self
+            .mail_api_key
+            .as_ref()
+            .is_some_and(|k| k.expose().trim().is_empty())
+        {
+            return Err(ConfigError::new(
+                "MAIL_API_KEY",
+                "is set but empty; unset it or give the key",
+            ));
         }
         positive("BATCH_SIZE", self.batch_size as u64)?;
         if self.batch_size > 10_000 {
@@ -254,10 +316,16 @@ impl RunConfig {
         positive("OPTOUT_RECHECK_MS", self.optout_recheck_ms)?;
         positive("IDLE_POLL_MS", self.idle_poll_ms)?;
         if self.backoff_max_ms < self.backoff_base_ms {
-            return Err(ConfigError::new("BACKOFF_MAX_MS", "must be at least BACKOFF_BASE_MS"));
+            return Err(ConfigError::new(
+                "BACKOFF_MAX_MS",
+                "must be at least BACKOFF_BASE_MS",
+            ));
         }
         if !(0.0..=1.0).contains(&self.max_permanent_failure_ratio) {
-            return Err(ConfigError::new("MAX_PERMANENT_FAILURE_RATIO", "must be between 0 and 1"));
+            return Err(ConfigError::new(
+                "MAX_PERMANENT_FAILURE_RATIO",
+                "must be between 0 and 1",
+            ));
         }
         // The lease must outlive the batch: budget, then the slowest in-flight request, then
         // the result write. Otherwise another worker may re-claim rows we are still sending.
@@ -281,16 +349,26 @@ impl RunConfig {
         if let Some(i) = self.job_completion_index {
             return format!("worker-{i}");
         }
-        self.hostname.clone().unwrap_or_else(|| "worker".to_string())
+        self.hostname
+            .clone()
+            .unwrap_or_else(|| "worker".to_string())
     }
 
-    pub fn lease(&self) -> Duration { Duration::from_secs(self.lease_s) }
-    pub fn batch_budget(&self) -> Duration { Duration::from_secs(self.batch_budget_s) }
+    pub fn lease(&self) -> Duration {
+        Duration::from_secs(self.lease_s)
+    }
+    pub fn batch_budget(&self) -> Duration {
+        Duration::from_secs(self.batch_budget_s)
+    }
     pub fn deadline(&self) -> Option<Duration> {
         (self.deadline_s > 0).then(|| Duration::from_secs(self.deadline_s))
     }
-    pub fn optout_recheck(&self) -> Duration { Duration::from_millis(self.optout_recheck_ms) }
-    pub fn idle_poll(&self) -> Duration { Duration::from_millis(self.idle_poll_ms) }
+    pub fn optout_recheck(&self) -> Duration {
+        Duration::from_millis(self.optout_recheck_ms)
+    }
+    pub fn idle_poll(&self) -> Duration {
+        Duration::from_millis(self.idle_poll_ms)
+    }
 }
 
 #[cfg(test)]
@@ -298,10 +376,13 @@ mod tests {
     use super::*;
 
     fn vars(extra: &[(&str, &str)]) -> Vec<(String, String)> {
-        let mut v: Vec<(String, String)> = [("CAMPAIGN_ID", "c1"), ("MAIL_URL", "http://127.0.0.1:1/send")]
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let mut v: Vec<(String, String)> = [
+            ("CAMPAIGN_ID", "c1"),
+            ("MAIL_URL", "http://127.0.0.1:1/send"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
         for (k, val) in extra {
             v.retain(|(kk, _)| kk != k);
             v.push((k.to_string(), val.to_string()));
@@ -312,7 +393,10 @@ mod tests {
     #[test]
     fn defaults_are_the_documented_ones() {
         let c = RunConfig::from_iter(vars(&[])).unwrap();
-        assert_eq!((c.batch_size, c.lease_s, c.max_attempts, c.deadline_s), (200, 60, 5, 3300));
+        assert_eq!(
+            (c.batch_size, c.lease_s, c.max_attempts, c.deadline_s),
+            (200, 60, 5, 3300)
+        );
         assert_eq!((c.connect_timeout_ms, c.read_timeout_ms), (2000, 5000));
     }
 
@@ -334,7 +418,10 @@ mod tests {
             let err = RunConfig::from_iter(vars(&[(var, value)])).unwrap_err();
             assert_eq!(&err.var, var, "{var}={value} gave {err}");
         }
-        let missing: Vec<_> = vars(&[]).into_iter().filter(|(k, _)| k != "MAIL_URL").collect();
+        let missing: Vec<_> = vars(&[])
+            .into_iter()
+            .filter(|(k, _)| k != "MAIL_URL")
+            .collect();
         assert_eq!(RunConfig::from_iter(missing).unwrap_err().var, "MAIL_URL");
     }
 
@@ -342,7 +429,8 @@ mod tests {
     fn secrets_never_print() {
         let c = RunConfig::from_iter(vars(&[("MAIL_API_KEY", "sk_live_abc")])).unwrap();
         assert!(!format!("{c:?}").contains("sk_live_abc"));
-        let d = DbConfig::from_iter([("DATABASE_URL".into(), "postgres://u:hunter2@h/db".into())]).unwrap();
+        let d = DbConfig::from_iter([("DATABASE_URL".into(), "postgres://u:hunter2@h/db".into())])
+            .unwrap();
         assert!(!format!("{d:?}").contains("hunter2"));
     }
 }

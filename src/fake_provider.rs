@@ -134,7 +134,11 @@ enum Verdict {
 
 impl FakeProvider {
     pub fn new(cfg: FakeConfig) -> Arc<Self> {
-        Arc::new(Self { cfg, inner: Mutex::new(Inner::default()), in_flight: AtomicU64::new(0) })
+        Arc::new(Self {
+            cfg,
+            inner: Mutex::new(Inner::default()),
+            in_flight: AtomicU64::new(0),
+        })
     }
 
     pub fn stats(&self) -> Stats {
@@ -160,7 +164,11 @@ impl FakeProvider {
             inner.tat = Some(tat + t);
         }
         inner.accepted_window.push_back(now);
-        while inner.accepted_window.front().is_some_and(|f| now.duration_since(*f) >= Duration::from_secs(1)) {
+        while inner
+            .accepted_window
+            .front()
+            .is_some_and(|f| now.duration_since(*f) >= Duration::from_secs(1))
+        {
             inner.accepted_window.pop_front();
         }
         let n = inner.accepted_window.len() as u64;
@@ -192,14 +200,19 @@ impl FakeProvider {
             Some(k) if !k.is_empty() => k.to_string(),
             _ => {
                 self.inner.lock().expect("fake lock").stats.bad_requests += 1;
-                return (StatusCode::BAD_REQUEST, "Idempotency-Key header required").into_response();
+                return (StatusCode::BAD_REQUEST, "Idempotency-Key header required")
+                    .into_response();
             }
         };
         let req: SendBody = match serde_json::from_slice(body) {
             Ok(b) => b,
             Err(_) => {
                 self.inner.lock().expect("fake lock").stats.bad_requests += 1;
-                return (StatusCode::BAD_REQUEST, "body must be {to, member_id, template}").into_response();
+                return (
+                    StatusCode::BAD_REQUEST,
+                    "body must be {to, member_id, template}",
+                )
+                    .into_response();
             }
         };
         if !req.to.contains('@') {
@@ -214,15 +227,24 @@ impl FakeProvider {
         if let Verdict::Throttled(wait) = verdict {
             self.inner.lock().expect("fake lock").stats.throttled_429 += 1;
             let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
-            return (StatusCode::TOO_MANY_REQUESTS, [("retry-after", secs.to_string())], "rate limited").into_response();
+            return (
+                StatusCode::TOO_MANY_REQUESTS,
+                [("retry-after", secs.to_string())],
+                "rate limited",
+            )
+                .into_response();
         }
 
-        if self.cfg.stall_per_million > 0 && rand::random_range(0..1_000_000) < self.cfg.stall_per_million {
+        if self.cfg.stall_per_million > 0
+            && rand::random_range(0..1_000_000) < self.cfg.stall_per_million
+        {
             tokio::time::sleep(Duration::from_secs(3600)).await;
         }
         if self.cfg.latency_mean_ms > 0 || self.cfg.latency_jitter_ms > 0 {
             let j = self.cfg.latency_jitter_ms as i64;
-            let ms = (self.cfg.latency_mean_ms as i64 + if j > 0 { rand::random_range(-j..=j) } else { 0 }).max(0);
+            let ms = (self.cfg.latency_mean_ms as i64
+                + if j > 0 { rand::random_range(-j..=j) } else { 0 })
+            .max(0);
             tokio::time::sleep(Duration::from_millis(ms as u64)).await;
         }
 
@@ -230,7 +252,11 @@ impl FakeProvider {
         if let Some(at) = inner.delivered_keys.get(&key) {
             if arrived.duration_since(*at) < self.cfg.idempotency_window {
                 inner.stats.duplicates_suppressed += 1;
-                return (StatusCode::OK, Json(serde_json::json!({"status": "duplicate", "key": key}))).into_response();
+                return (
+                    StatusCode::OK,
+                    Json(serde_json::json!({"status": "duplicate", "key": key})),
+                )
+                    .into_response();
             }
         }
         if self.cfg.always_unavailable {
@@ -248,13 +274,16 @@ impl FakeProvider {
         }
         inner.delivered_keys.insert(key.clone(), arrived);
         inner.stats.delivered += 1;
-        let rec = inner.by_member.entry((req.template.clone(), req.member_id)).or_insert_with(|| Delivery {
-            template: req.template.clone(),
-            member_id: req.member_id,
-            first_ms: unix_ms(arrived_wall),
-            deliveries: 0,
-            keys: Vec::new(),
-        });
+        let rec = inner
+            .by_member
+            .entry((req.template.clone(), req.member_id))
+            .or_insert_with(|| Delivery {
+                template: req.template.clone(),
+                member_id: req.member_id,
+                first_ms: unix_ms(arrived_wall),
+                deliveries: 0,
+                keys: Vec::new(),
+            });
         rec.deliveries += 1;
         if !rec.keys.contains(&key) {
             rec.keys.push(key.clone());
@@ -262,11 +291,19 @@ impl FakeProvider {
         if rec.deliveries == 2 {
             inner.stats.members_delivered_more_than_once += 1;
         }
-        (StatusCode::OK, Json(serde_json::json!({"status": "queued", "key": key}))).into_response()
+        (
+            StatusCode::OK,
+            Json(serde_json::json!({"status": "queued", "key": key})),
+        )
+            .into_response()
     }
 }
 
-async fn send(State(p): State<Arc<FakeProvider>>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+async fn send(
+    State(p): State<Arc<FakeProvider>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
     p.handle(headers, &body).await
 }
 
@@ -309,13 +346,20 @@ mod tests {
 
     #[test]
     fn gcra_admits_rate_plus_burst_in_any_second() {
-        let p = FakeProvider::new(FakeConfig { rate_per_s: Some(100.0), burst: 10, ..Default::default() });
+        let p = FakeProvider::new(FakeConfig {
+            rate_per_s: Some(100.0),
+            burst: 10,
+            ..Default::default()
+        });
         let mut inner = p.inner.lock().unwrap();
         let start = Instant::now();
         let mut admitted = 0;
         // 1000 arrivals spread evenly over one second (1 ms apart): 100/s + a burst of 10.
         for i in 0..1000u64 {
-            if matches!(p.admit(&mut inner, start + Duration::from_millis(i)), Verdict::Accepted) {
+            if matches!(
+                p.admit(&mut inner, start + Duration::from_millis(i)),
+                Verdict::Accepted
+            ) {
                 admitted += 1;
             }
         }

@@ -54,9 +54,18 @@ impl ErrorClass {
 /// What one HTTP attempt amounted to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Attempt {
-    Sent { status: u16 },
-    Retry { status: Option<u16>, class: ErrorClass, retry_after: Option<Duration> },
-    Permanent { status: Option<u16>, class: ErrorClass },
+    Sent {
+        status: u16,
+    },
+    Retry {
+        status: Option<u16>,
+        class: ErrorClass,
+        retry_after: Option<Duration>,
+    },
+    Permanent {
+        status: Option<u16>,
+        class: ErrorClass,
+    },
 }
 
 /// Classifies a provider response: 2xx → sent; 429, 5xx → retry (keeping `Retry-After`);
@@ -66,10 +75,24 @@ pub enum Attempt {
 pub fn classify(status: u16, retry_after: Option<Duration>) -> Attempt {
     match status {
         200..=299 => Attempt::Sent { status },
-        429 => Attempt::Retry { status: Some(status), class: ErrorClass::Throttled, retry_after },
-        500..=599 => Attempt::Retry { status: Some(status), class: ErrorClass::ServerError, retry_after },
-        400..=499 => Attempt::Permanent { status: Some(status), class: ErrorClass::Rejected },
-        _ => Attempt::Permanent { status: Some(status), class: ErrorClass::UnexpectedStatus },
+        429 => Attempt::Retry {
+            status: Some(status),
+            class: ErrorClass::Throttled,
+            retry_after,
+        },
+        500..=599 => Attempt::Retry {
+            status: Some(status),
+            class: ErrorClass::ServerError,
+            retry_after,
+        },
+        400..=499 => Attempt::Permanent {
+            status: Some(status),
+            class: ErrorClass::Rejected,
+        },
+        _ => Attempt::Permanent {
+            status: Some(status),
+            class: ErrorClass::UnexpectedStatus,
+        },
     }
 }
 
@@ -79,9 +102,16 @@ pub enum Resolution {
     /// Delivered (2xx): `state = 'sent'`.
     Sent { status: u16 },
     /// Back to `pending`, claimable again after `delay`.
-    RetryAfter { delay: Duration, status: Option<u16>, class: ErrorClass },
+    RetryAfter {
+        delay: Duration,
+        status: Option<u16>,
+        class: ErrorClass,
+    },
     /// `state = 'failed'`: permanent, or retryable with no attempts left.
-    Failed { status: Option<u16>, class: ErrorClass },
+    Failed {
+        status: Option<u16>,
+        class: ErrorClass,
+    },
     /// Not attempted: back to `pending` at once, and the claim's attempt is given back.
     Released { class: ErrorClass },
 }
@@ -99,12 +129,19 @@ pub struct RetryPolicy {
 /// jitter" (half fixed, half random, so retries of one batch spread out but never come back
 /// sooner than half the step), and never sooner than the provider's `Retry-After`
 /// (itself capped at `retry_after_cap`). `jitter` is in `[0, 1)`.
-pub fn backoff(policy: &RetryPolicy, attempt: u32, retry_after: Option<Duration>, jitter: f64) -> Duration {
+pub fn backoff(
+    policy: &RetryPolicy,
+    attempt: u32,
+    retry_after: Option<Duration>,
+    jitter: f64,
+) -> Duration {
     let exp = attempt.saturating_sub(1).min(30);
     let step = policy.base.saturating_mul(1u32 << exp).min(policy.cap);
     let half = step / 2;
     let jittered = half + half.mul_f64(jitter.clamp(0.0, 1.0));
-    let floor = retry_after.map(|r| r.min(policy.retry_after_cap)).unwrap_or_default();
+    let floor = retry_after
+        .map(|r| r.min(policy.retry_after_cap))
+        .unwrap_or_default();
     jittered.max(floor)
 }
 
@@ -116,7 +153,11 @@ pub fn resolve(attempt: Attempt, attempt_no: u32, policy: &RetryPolicy, jitter: 
         Attempt::Retry { status, class, .. } if attempt_no >= policy.max_attempts => {
             Resolution::Failed { status, class }
         }
-        Attempt::Retry { status, class, retry_after } => Resolution::RetryAfter {
+        Attempt::Retry {
+            status,
+            class,
+            retry_after,
+        } => Resolution::RetryAfter {
             delay: backoff(policy, attempt_no, retry_after, jitter),
             status,
             class,
@@ -174,11 +215,26 @@ mod tests {
             assert!(matches!(classify(s, None), Attempt::Retry { .. }), "{s}");
         }
         for s in [400, 401, 403, 404, 409, 410, 422, 499] {
-            assert!(matches!(classify(s, None), Attempt::Permanent { class: ErrorClass::Rejected, .. }), "{s}");
+            assert!(
+                matches!(
+                    classify(s, None),
+                    Attempt::Permanent {
+                        class: ErrorClass::Rejected,
+                        ..
+                    }
+                ),
+                "{s}"
+            );
         }
         for s in [100, 301, 302, 304, 600, 999] {
             assert!(
-                matches!(classify(s, None), Attempt::Permanent { class: ErrorClass::UnexpectedStatus, .. }),
+                matches!(
+                    classify(s, None),
+                    Attempt::Permanent {
+                        class: ErrorClass::UnexpectedStatus,
+                        ..
+                    }
+                ),
                 "{s}"
             );
         }
@@ -191,7 +247,10 @@ mod tests {
             let lo = backoff(&POLICY, attempt, None, 0.0);
             let hi = backoff(&POLICY, attempt, None, 0.999_999);
             assert_eq!(lo, step / 2, "attempt {attempt}");
-            assert!(hi <= step && hi > step.mul_f64(0.99), "attempt {attempt}: {hi:?}");
+            assert!(
+                hi <= step && hi > step.mul_f64(0.99),
+                "attempt {attempt}: {hi:?}"
+            );
         }
     }
 
@@ -205,16 +264,35 @@ mod tests {
 
     #[test]
     fn retryable_failures_become_failed_on_the_last_attempt() {
-        let retry = Attempt::Retry { status: Some(503), class: ErrorClass::ServerError, retry_after: None };
+        let retry = Attempt::Retry {
+            status: Some(503),
+            class: ErrorClass::ServerError,
+            retry_after: None,
+        };
         for n in 1..POLICY.max_attempts {
-            assert!(matches!(resolve(retry.clone(), n, &POLICY, 0.5), Resolution::RetryAfter { .. }), "{n}");
+            assert!(
+                matches!(
+                    resolve(retry.clone(), n, &POLICY, 0.5),
+                    Resolution::RetryAfter { .. }
+                ),
+                "{n}"
+            );
         }
         assert_eq!(
             resolve(retry, POLICY.max_attempts, &POLICY, 0.5),
-            Resolution::Failed { status: Some(503), class: ErrorClass::ServerError }
+            Resolution::Failed {
+                status: Some(503),
+                class: ErrorClass::ServerError
+            }
         );
-        let perm = Attempt::Permanent { status: Some(422), class: ErrorClass::Rejected };
-        assert!(matches!(resolve(perm, 1, &POLICY, 0.5), Resolution::Failed { .. }));
+        let perm = Attempt::Permanent {
+            status: Some(422),
+            class: ErrorClass::Rejected,
+        };
+        assert!(matches!(
+            resolve(perm, 1, &POLICY, 0.5),
+            Resolution::Failed { .. }
+        ));
     }
 
     #[test]
@@ -223,7 +301,17 @@ mod tests {
             assert!(plausible_email(Some(ok)), "{ok}");
         }
         let long = format!("{}@example.com", "a".repeat(300));
-        for bad in ["", "no-at", "@example.com", "a@", "a@b", "a b@c.d", "a@b@c.d", "a@.com", long.as_str()] {
+        for bad in [
+            "",
+            "no-at",
+            "@example.com",
+            "a@",
+            "a@b",
+            "a b@c.d",
+            "a@b@c.d",
+            "a@.com",
+            long.as_str(),
+        ] {
             assert!(!plausible_email(Some(bad)), "{bad:?}");
         }
         assert!(!plausible_email(None));
@@ -234,7 +322,10 @@ mod tests {
         let now = std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
         assert_eq!(parse_retry_after("7", now), Some(Duration::from_secs(7)));
         let later = httpdate::fmt_http_date(now + Duration::from_secs(120));
-        assert_eq!(parse_retry_after(&later, now), Some(Duration::from_secs(120)));
+        assert_eq!(
+            parse_retry_after(&later, now),
+            Some(Duration::from_secs(120))
+        );
         assert_eq!(parse_retry_after("soon", now), None);
     }
 }

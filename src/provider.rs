@@ -65,8 +65,15 @@ impl Provider {
         let mut req = self
             .client
             .post(self.url.clone())
-            .header("Idempotency-Key", idempotency_key(&self.campaign_id, member_id))
-            .json(&SendBody { to: email, member_id, template: &self.campaign_id });
+            .header(
+                "Idempotency-Key",
+                idempotency_key(&self.campaign_id, member_id),
+            )
+            .json(&SendBody {
+                to: email,
+                member_id,
+                template: &self.campaign_id,
+            });
         if let Some(key) = &self.api_key {
             req = req.bearer_auth(key.expose());
         }
@@ -99,7 +106,11 @@ impl Provider {
                 };
                 // The request may or may not have reached the provider: retrying with the same
                 // idempotency key is safe either way.
-                Attempt::Retry { status: None, class, retry_after: None }
+                Attempt::Retry {
+                    status: None,
+                    class,
+                    retry_after: None,
+                }
             }
         }
     }

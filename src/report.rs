@@ -59,7 +59,9 @@ impl WorkerStats {
                     self.invalid_email += 1;
                 }
             }
-            Resolution::Released { class: ErrorClass::OptedOut } => self.opted_out += 1,
+            Resolution::Released {
+                class: ErrorClass::OptedOut,
+            } => self.opted_out += 1,
             Resolution::Released { .. } => self.released += 1,
         }
     }
@@ -110,7 +112,15 @@ impl RunReport {
         failure_budget: i64,
     ) -> Self {
         let exit_code = exit_code(reason, &campaign, failure_budget);
-        Self { worker, reason, elapsed_s: elapsed.as_secs_f64(), stats, campaign, failure_budget, exit_code }
+        Self {
+            worker,
+            reason,
+            elapsed_s: elapsed.as_secs_f64(),
+            stats,
+            campaign,
+            failure_budget,
+            exit_code,
+        }
     }
 
     /// A few lines for a person reading the pod log.
@@ -162,12 +172,23 @@ mod tests {
 
     #[test]
     fn failures_over_the_budget_win_over_done() {
-        let c = CampaignCounts { total: 1000, sent: 989, failed: 11, ..Default::default() };
+        let c = CampaignCounts {
+            total: 1000,
+            sent: 989,
+            failed: 11,
+            ..Default::default()
+        };
         assert_eq!(exit_code(StopReason::Done, &c, 10), exit::TOO_MANY_FAILURES);
-        let ok = CampaignCounts { failed: 10, ..c.clone() };
+        let ok = CampaignCounts {
+            failed: 10,
+            ..c.clone()
+        };
         assert_eq!(exit_code(StopReason::Done, &ok, 10), exit::DONE);
         assert_eq!(exit_code(StopReason::Deadline, &ok, 10), exit::INCOMPLETE);
         assert_eq!(exit_code(StopReason::Signal, &ok, 10), exit::INCOMPLETE);
-        assert_eq!(exit_code(StopReason::TooManyFailures, &ok, 10), exit::TOO_MANY_FAILURES);
+        assert_eq!(
+            exit_code(StopReason::TooManyFailures, &ok, 10),
+            exit::TOO_MANY_FAILURES
+        );
     }
 }

@@ -11,7 +11,9 @@ pub fn root_token() -> CancellationToken {
     let t = token.clone();
     tokio::spawn(async move {
         wait_for_signal().await;
-        info!("shutdown requested: no new sends; finishing in-flight requests and releasing the rest");
+        info!(
+            "shutdown requested: no new sends; finishing in-flight requests and releasing the rest"
+        );
         t.cancel();
         wait_for_signal().await;
         warn!("second signal: exiting now; unwritten rows return after their lease");

@@ -125,7 +125,10 @@ pub async fn connect(cfg: &DbConfig) -> Result<PgPool, sqlx::Error> {
 
 impl Store {
     pub fn new(pool: PgPool, campaign_id: impl Into<String>) -> Self {
-        Self { pool, campaign_id: campaign_id.into() }
+        Self {
+            pool,
+            campaign_id: campaign_id.into(),
+        }
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -185,7 +188,11 @@ impl Store {
         .await?;
         let rows = rows
             .into_iter()
-            .map(|r| ClaimedRow { member_id: r.get(0), email: r.get(1), attempt: r.get(2) })
+            .map(|r| ClaimedRow {
+                member_id: r.get(0),
+                email: r.get(1),
+                attempt: r.get(2),
+            })
             .collect();
         Ok(Batch { claim_id, rows })
     }
@@ -195,7 +202,11 @@ impl Store {
     /// Invariant: a send starts only after this has seen the row still ours (`state =
     /// 'sending'`, our `claim_id`) and not opted out. Run just before sending, it closes the
     /// window between claim and send to the freshness the caller demands.
-    pub async fn holds(&self, claim_id: Uuid, member_ids: &[i64]) -> Result<Vec<(i64, Hold)>, sqlx::Error> {
+    pub async fn holds(
+        &self,
+        claim_id: Uuid,
+        member_ids: &[i64],
+    ) -> Result<Vec<(i64, Hold)>, sqlx::Error> {
         // language=PostgreSQL
         let rows = sqlx::query(
             r#"
@@ -216,7 +227,11 @@ impl Store {
         Ok(rows
             .into_iter()
             .map(|r| {
-                let hold = if r.get::<bool, _>(1) { Hold::OptedOut } else { Hold::Lost };
+                let hold = if r.get::<bool, _>(1) {
+                    Hold::OptedOut
+                } else {
+                    Hold::Lost
+                };
                 (r.get(0), hold)
             })
             .collect())
@@ -232,7 +247,11 @@ impl Store {
     /// - a released row gives its attempt back (`attempts - 1`) and keeps its last provider
     ///   answer, so time-budget leftovers and shutdown do not use up retries;
     /// - a retry gets `not_before = now() + delay`, so no one claims it before then.
-    pub async fn finish(&self, claim_id: Uuid, results: &[(i64, Resolution)]) -> Result<u64, sqlx::Error> {
+    pub async fn finish(
+        &self,
+        claim_id: Uuid,
+        results: &[(i64, Resolution)],
+    ) -> Result<u64, sqlx::Error> {
         if results.is_empty() {
             return Ok(0);
         }
@@ -246,15 +265,32 @@ impl Store {
             Vec::with_capacity(n),
         );
         for (member_id, res) in results {
-            let (state, was_attempted, delay_ms, status, error): (&str, bool, Option<i64>, Option<u16>, Option<&str>) =
-                match res {
-                    Resolution::Sent { status } => ("sent", true, None, Some(*status), None),
-                    Resolution::RetryAfter { delay, status, class } => {
-                        ("pending", true, Some(delay.as_millis() as i64), *status, Some(class.as_str()))
-                    }
-                    Resolution::Failed { status, class } => ("failed", true, None, *status, Some(class.as_str())),
-                    Resolution::Released { class } => ("pending", false, None, None, Some(class.as_str())),
-                };
+            let (state, was_attempted, delay_ms, status, error): (
+                &str,
+                bool,
+                Option<i64>,
+                Option<u16>,
+                Option<&str>,
+            ) = match res {
+                Resolution::Sent { status } => ("sent", true, None, Some(*status), None),
+                Resolution::RetryAfter {
+                    delay,
+                    status,
+                    class,
+                } => (
+                    "pending",
+                    true,
+                    Some(delay.as_millis() as i64),
+                    *status,
+                    Some(class.as_str()),
+                ),
+                Resolution::Failed { status, class } => {
+                    ("failed", true, None, *status, Some(class.as_str()))
+                }
+                Resolution::Released { class } => {
+                    ("pending", false, None, None, Some(class.as_str()))
+                }
+            };
             ids.push(*member_id);
             states.push(state);
             attempted.push(was_attempted);
@@ -318,16 +354,23 @@ impl Store {
         .bind(&self.campaign_id)
         .fetch_one(&self.pool)
         .await?;
-        Ok(Remaining { ready: r.get(0), waiting: r.get(1), leased: r.get(2), next_due_s: r.get(3) })
+        Ok(Remaining {
+            ready: r.get(0),
+            waiting: r.get(1),
+            leased: r.get(2),
+            next_due_s: r.get(3),
+        })
     }
 
     /// Rows in `failed` (partial index): checked during the run against the threshold.
     pub async fn failed_count(&self) -> Result<i64, sqlx::Error> {
         // language=PostgreSQL
-        sqlx::query_scalar("SELECT count(*) FROM campaign_targets WHERE campaign_id = $1 AND state = 'failed'")
-            .bind(&self.campaign_id)
-            .fetch_one(&self.pool)
-            .await
+        sqlx::query_scalar(
+            "SELECT count(*) FROM campaign_targets WHERE campaign_id = $1 AND state = 'failed'",
+        )
+        .bind(&self.campaign_id)
+        .fetch_one(&self.pool)
+        .await
     }
 
     /// Counts by final state for the whole campaign (one scan of its rows; for reports).

@@ -67,7 +67,11 @@ enum Dispatch {
 }
 
 enum Done {
-    Row { member_id: i64, res: Resolution, requested: bool },
+    Row {
+        member_id: i64,
+        res: Resolution,
+        requested: bool,
+    },
     Lost(i64),
 }
 
@@ -92,11 +96,18 @@ impl Gate {
                 return Some(d);
             }
             // Rows that can never be delivered fail here, without a token or a request.
-            if let Some(pos) = self.unchecked.iter().position(|r| !plausible_email(r.email.as_deref())) {
+            if let Some(pos) = self
+                .unchecked
+                .iter()
+                .position(|r| !plausible_email(r.email.as_deref()))
+            {
                 let row = self.unchecked.remove(pos).expect("position is in range");
                 return Some(Dispatch::Settle(
                     row.member_id,
-                    Resolution::Failed { status: None, class: ErrorClass::InvalidEmail },
+                    Resolution::Failed {
+                        status: None,
+                        class: ErrorClass::InvalidEmail,
+                    },
                 ));
             }
             if self.cleared.is_empty() && self.unchecked.is_empty() {
@@ -133,9 +144,12 @@ impl Gate {
             for row in chunk {
                 match held.get(&row.member_id) {
                     None => self.cleared.push_back(row),
-                    Some(Hold::OptedOut) => self
-                        .held
-                        .push_back(Dispatch::Settle(row.member_id, Resolution::Released { class: ErrorClass::OptedOut })),
+                    Some(Hold::OptedOut) => self.held.push_back(Dispatch::Settle(
+                        row.member_id,
+                        Resolution::Released {
+                            class: ErrorClass::OptedOut,
+                        },
+                    )),
                     Some(Hold::Lost) => self.held.push_back(Dispatch::Lost(row.member_id)),
                 }
             }
@@ -144,11 +158,17 @@ impl Gate {
 }
 
 impl Worker {
-    pub fn new(cfg: RunConfig, store: Store, outage_limit: Duration) -> Result<Self, reqwest::Error> {
+    pub fn new(
+        cfg: RunConfig,
+        store: Store,
+        outage_limit: Duration,
+    ) -> Result<Self, reqwest::Error> {
         let provider = Provider::new(&cfg)?;
         let rate = NonZeroU32::new(cfg.mail_rate_per_s).expect("validated > 0");
         // Strict spacing (burst 1): a per-second quota would otherwise allow a burst of `rate`.
-        let limiter = Arc::new(RateLimiter::direct(Quota::per_second(rate).allow_burst(NonZeroU32::MIN)));
+        let limiter = Arc::new(RateLimiter::direct(
+            Quota::per_second(rate).allow_burst(NonZeroU32::MIN),
+        ));
         let policy = RetryPolicy {
             max_attempts: cfg.max_attempts,
             base: Duration::from_millis(cfg.backoff_base_ms),
@@ -172,8 +192,15 @@ impl Worker {
     }
 
     /// Claims one batch and settles it, stopping new sends at `stop_at` or on `cancel`.
-    pub async fn step(&self, stop_at: Instant, cancel: &CancellationToken) -> Result<Step, sqlx::Error> {
-        let batch = self.store.claim(self.cfg.batch_size, self.cfg.lease()).await?;
+    pub async fn step(
+        &self,
+        stop_at: Instant,
+        cancel: &CancellationToken,
+    ) -> Result<Step, sqlx::Error> {
+        let batch = self
+            .store
+            .claim(self.cfg.batch_size, self.cfg.lease())
+            .await?;
         if batch.rows.is_empty() {
             return Ok(Step::Empty(self.store.remaining().await?));
         }
@@ -206,29 +233,58 @@ impl Worker {
                 }
             }
         };
-        let done: Vec<Done> = futures::stream::unfold(gate, |mut g| async move { g.next().await.map(|d| (d, g)) })
-            .take_until(stop)
-            .map(|d| async move {
-                match d {
-                    Dispatch::Send(row) => {
-                        let attempt = self.provider.send(row.member_id, row.attempt, row.email.as_deref().unwrap_or_default()).await;
-                        let res = resolve(attempt, row.attempt.max(1) as u32, &self.policy, rand::random::<f64>());
-                        Done::Row { member_id: row.member_id, res, requested: true }
+        let done: Vec<Done> =
+            futures::stream::unfold(gate, |mut g| async move { g.next().await.map(|d| (d, g)) })
+                .take_until(stop)
+                .map(|d| async move {
+                    match d {
+                        Dispatch::Send(row) => {
+                            let attempt = self
+                                .provider
+                                .send(
+                                    row.member_id,
+                                    row.attempt,
+                                    row.email.as_deref().unwrap_or_default(),
+                                )
+                                .await;
+                            let res = resolve(
+                                attempt,
+                                row.attempt.max(1) as u32,
+                                &self.policy,
+                                rand::random::<f64>(),
+                            );
+                            Done::Row {
+                                member_id: row.member_id,
+                                res,
+                                requested: true,
+                            }
+                        }
+                        Dispatch::Settle(member_id, res) => Done::Row {
+                            member_id,
+                            res,
+                            requested: false,
+                        },
+                        Dispatch::Lost(member_id) => Done::Lost(member_id),
                     }
-                    Dispatch::Settle(member_id, res) => Done::Row { member_id, res, requested: false },
-                    Dispatch::Lost(member_id) => Done::Lost(member_id),
-                }
-            })
-            .buffer_unordered(self.cfg.send_concurrency as usize)
-            .collect()
-            .await;
+                })
+                .buffer_unordered(self.cfg.send_concurrency as usize)
+                .collect()
+                .await;
 
         let mut results: Vec<(i64, Resolution)> = Vec::with_capacity(claimed.len());
         let mut seen: HashSet<i64> = HashSet::with_capacity(claimed.len());
-        let mut stats = WorkerStats { batches: 1, claimed: claimed.len() as u64, ..Default::default() };
+        let mut stats = WorkerStats {
+            batches: 1,
+            claimed: claimed.len() as u64,
+            ..Default::default()
+        };
         for d in done {
             match d {
-                Done::Row { member_id, res, requested } => {
+                Done::Row {
+                    member_id,
+                    res,
+                    requested,
+                } => {
                     stats.requests += requested as u64;
                     stats.count(&res);
                     seen.insert(member_id);
@@ -246,7 +302,12 @@ impl Worker {
         for id in claimed {
             if !seen.contains(&id) {
                 stats.released += 1;
-                results.push((id, Resolution::Released { class: ErrorClass::Released }));
+                results.push((
+                    id,
+                    Resolution::Released {
+                        class: ErrorClass::Released,
+                    },
+                ));
             }
         }
         let attempted_writes = results.len() as u64;
@@ -273,7 +334,11 @@ impl Worker {
     /// The fenced write, retried briefly on a database error. If it still fails, the rows stay
     /// `sending` until their lease expires and are then re-sent under the same idempotency key:
     /// delayed, never lost, never mailed twice.
-    async fn finish_with_retry(&self, claim_id: Uuid, results: &[(i64, Resolution)]) -> Option<u64> {
+    async fn finish_with_retry(
+        &self,
+        claim_id: Uuid,
+        results: &[(i64, Resolution)],
+    ) -> Option<u64> {
         let mut wait = Duration::from_millis(200);
         for attempt in 1..=5 {
             match self.store.finish(claim_id, results).await {
@@ -285,7 +350,10 @@ impl Worker {
                 }
             }
         }
-        warn!(rows = results.len(), "batch results not written; the rows return after their lease");
+        warn!(
+            rows = results.len(),
+            "batch results not written; the rows return after their lease"
+        );
         None
     }
 
@@ -306,7 +374,9 @@ impl Worker {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 break StopReason::Deadline;
             }
-            let step = self.retrying(|| self.step(deadline.unwrap_or(far), &cancel)).await?;
+            let step = self
+                .retrying(|| self.step(deadline.unwrap_or(far), &cancel))
+                .await?;
             match step {
                 Step::Worked { .. } => {
                     let failed_now = self.stats().failed;
@@ -323,7 +393,10 @@ impl Worker {
                     // Only rows in backoff or leased elsewhere: wait for the earliest, but
                     // look again at least every IDLE_POLL_MS (others may release rows).
                     let due = rem.next_due_s.map(|s| Duration::from_secs_f64(s.max(0.0)));
-                    let mut wake = Instant::now() + due.unwrap_or(self.cfg.idle_poll()).min(self.cfg.idle_poll());
+                    let mut wake = Instant::now()
+                        + due
+                            .unwrap_or(self.cfg.idle_poll())
+                            .min(self.cfg.idle_poll());
                     if let Some(d) = deadline {
                         wake = wake.min(d);
                     }
@@ -335,7 +408,14 @@ impl Worker {
             }
         };
         let counts = self.retrying(|| self.store.counts()).await?;
-        let report = RunReport::new(self.name.clone(), reason, started.elapsed(), self.stats(), counts, failure_budget);
+        let report = RunReport::new(
+            self.name.clone(),
+            reason,
+            started.elapsed(),
+            self.stats(),
+            counts,
+            failure_budget,
+        );
         info!(worker = %self.name, reason = ?reason, exit_code = report.exit_code, "run finished");
         Ok(report)
     }

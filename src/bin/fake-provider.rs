@@ -8,7 +8,10 @@ use campaign_sender::fake_provider::{spawn, FakeConfig};
 use clap::Parser;
 
 #[derive(Parser, Debug)]
-#[command(name = "fake-provider", about = "A fake email provider with the real provider's contract")]
+#[command(
+    name = "fake-provider",
+    about = "A fake email provider with the real provider's contract"
+)]
 struct Args {
     /// Address to listen on (loopback; port 0 picks a free port).
     #[arg(long, env = "FAKE_LISTEN", default_value = "127.0.0.1:0")]

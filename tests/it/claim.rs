@@ -27,7 +27,11 @@ async fn two_workers_claiming_at_once_get_disjoint_rows(pool: PgPool) {
     for _ in 0..3 {
         let (x, y) = tokio::join!(a.claim(150, LEASE), b.claim(150, LEASE));
         for row in x.unwrap().rows.into_iter().chain(y.unwrap().rows) {
-            assert!(all.insert(row.member_id), "member {} claimed twice", row.member_id);
+            assert!(
+                all.insert(row.member_id),
+                "member {} claimed twice",
+                row.member_id
+            );
         }
     }
     assert_eq!(all.len(), 900);
@@ -49,7 +53,10 @@ async fn a_claim_is_not_made_to_wait_by_rows_another_worker_holds_locked(pool: P
         .unwrap();
     let ids: Vec<i64> = claimed.rows.iter().map(|r| r.member_id).collect();
     assert_eq!(ids.len(), 200);
-    assert!(ids.iter().all(|&id| id > 100), "claimed a row locked by someone else");
+    assert!(
+        ids.iter().all(|&id| id > 100),
+        "claimed a row locked by someone else"
+    );
     holder.rollback().await.unwrap();
 }
 
@@ -66,12 +73,29 @@ async fn an_opted_out_member_is_never_claimed_sent_or_counted_as_remaining(pool:
     let ids: HashSet<i64> = batch.rows.iter().map(|r| r.member_id).collect();
     assert_eq!(ids.len(), 18);
     assert!(!ids.contains(&3) && !ids.contains(&7));
-    s.finish(batch.claim_id, &batch.rows.iter().map(|r| (r.member_id, Resolution::Released { class: campaign_sender::outcome::ErrorClass::Released })).collect::<Vec<_>>())
-        .await
-        .unwrap();
+    s.finish(
+        batch.claim_id,
+        &batch
+            .rows
+            .iter()
+            .map(|r| {
+                (
+                    r.member_id,
+                    Resolution::Released {
+                        class: campaign_sender::outcome::ErrorClass::Released,
+                    },
+                )
+            })
+            .collect::<Vec<_>>(),
+    )
+    .await
+    .unwrap();
 
     let p = provider(FakeConfig::default()).await;
-    let report = worker(&pool, config(&p.url)).run(Default::default()).await.unwrap();
+    let report = worker(&pool, config(&p.url))
+        .run(Default::default())
+        .await
+        .unwrap();
     assert_eq!(report.exit_code, 0);
     assert_eq!(report.campaign.opted_out, 2);
     let delivered: HashSet<i64> = p.fake.deliveries().iter().map(|d| d.member_id).collect();
@@ -87,7 +111,10 @@ async fn a_crashed_claim_is_retaken_only_after_its_lease_expires(pool: PgPool) {
     let crashed = s.claim(200, LEASE).await.unwrap();
     assert_eq!(crashed.rows.len(), 50);
     // The worker "dies" here: no finish. Its lease still runs.
-    assert!(s.claim(200, LEASE).await.unwrap().rows.is_empty(), "leased rows were taken early");
+    assert!(
+        s.claim(200, LEASE).await.unwrap().rows.is_empty(),
+        "leased rows were taken early"
+    );
     let rem = s.remaining().await.unwrap();
     assert_eq!((rem.leased, rem.total()), (50, 50));
 
@@ -111,12 +138,28 @@ async fn a_stale_worker_cannot_overwrite_a_row_after_it_was_reclaimed(pool: PgPo
     let late: Vec<_> = slow
         .rows
         .iter()
-        .map(|r| (r.member_id, Resolution::Failed { status: Some(422), class: campaign_sender::outcome::ErrorClass::Rejected }))
+        .map(|r| {
+            (
+                r.member_id,
+                Resolution::Failed {
+                    status: Some(422),
+                    class: campaign_sender::outcome::ErrorClass::Rejected,
+                },
+            )
+        })
         .collect();
-    assert_eq!(s.finish(slow.claim_id, &late).await.unwrap(), 0, "stale results were written");
+    assert_eq!(
+        s.finish(slow.claim_id, &late).await.unwrap(),
+        0,
+        "stale results were written"
+    );
     assert_eq!(states(&pool).await.get("sending"), Some(&10));
 
-    let ok: Vec<_> = fresh.rows.iter().map(|r| (r.member_id, Resolution::Sent { status: 200 })).collect();
+    let ok: Vec<_> = fresh
+        .rows
+        .iter()
+        .map(|r| (r.member_id, Resolution::Sent { status: 200 }))
+        .collect();
     assert_eq!(s.finish(fresh.claim_id, &ok).await.unwrap(), 10);
     assert_eq!(states(&pool).await.get("sent"), Some(&10));
     // And once settled, the stale worker still cannot touch them.

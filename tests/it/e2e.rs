@@ -39,49 +39,80 @@ async fn assert_all_settled(pool: &PgPool, total: i64) {
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn a_worker_killed_mid_run_and_restarted_loses_nothing_and_mails_nobody_twice(pool: PgPool) {
     seed(&pool, CAMPAIGN, 3000).await;
-    let p = provider(FakeConfig { faults: true, latency_mean_ms: 20, ..Default::default() }).await;
+    let p = provider(FakeConfig {
+        faults: true,
+        latency_mean_ms: 20,
+        ..Default::default()
+    })
+    .await;
     let db = database_url(&pool).await;
     let e = env(&p.url, &[("WORKER_ID", "victim")]);
 
     let mut victim = spawn_sender(&["run"], &db, &e);
     let t0 = std::time::Instant::now();
     while p.fake.stats().delivered < 600 {
-        assert!(t0.elapsed() < Duration::from_secs(60), "no progress before the kill");
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "no progress before the kill"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     victim.start_kill().unwrap(); // SIGKILL: no cleanup, rows stay leased
     victim.wait().await.unwrap();
-    let leased: i64 = sqlx::query_scalar("SELECT count(*) FROM campaign_targets WHERE state = 'sending'")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let leased: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM campaign_targets WHERE state = 'sending'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
 
-    let (code, out, err) = finish(spawn_sender(&["run"], &db, &env(&p.url, &[])), Duration::from_secs(90)).await;
+    let (code, out, err) = finish(
+        spawn_sender(&["run"], &db, &env(&p.url, &[])),
+        Duration::from_secs(90),
+    )
+    .await;
     assert_eq!(code, 0, "restarted worker: {out}\n{err}");
     assert_all_settled(&pool, 3000).await;
     let s = p.fake.stats();
     assert_eq!(s.members_delivered_more_than_once, 0);
     // Repeats are bounded by what the killed worker held (one batch).
-    assert!(s.duplicates_suppressed <= leased as u64 && leased <= 200, "{s:?}, leased {leased}");
+    assert!(
+        s.duplicates_suppressed <= leased as u64 && leased <= 200,
+        "{s:?}, leased {leased}"
+    );
     assert_eq!(s.delivered, 3000 - 3, "997, 1994, 2991 fail with 422");
 }
 
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn two_workers_overlapping_from_the_start_mail_nobody_twice(pool: PgPool) {
     seed(&pool, CAMPAIGN, 3000).await;
-    let p = provider(FakeConfig { faults: true, latency_mean_ms: 10, ..Default::default() }).await;
+    let p = provider(FakeConfig {
+        faults: true,
+        latency_mean_ms: 10,
+        ..Default::default()
+    })
+    .await;
     let db = database_url(&pool).await;
     let a = spawn_sender(&["run"], &db, &env(&p.url, &[("WORKER_ID", "a")]));
     let b = spawn_sender(&["run"], &db, &env(&p.url, &[("WORKER_ID", "b")]));
-    let (ra, rb) = tokio::join!(finish(a, Duration::from_secs(90)), finish(b, Duration::from_secs(90)));
+    let (ra, rb) = tokio::join!(
+        finish(a, Duration::from_secs(90)),
+        finish(b, Duration::from_secs(90))
+    );
     assert_eq!((ra.0, rb.0), (0, 0), "{}\n{}", ra.2, rb.2);
     assert_all_settled(&pool, 3000).await;
     let s = p.fake.stats();
-    assert_eq!((s.members_delivered_more_than_once, s.duplicates_suppressed), (0, 0), "{s:?}");
+    assert_eq!(
+        (s.members_delivered_more_than_once, s.duplicates_suppressed),
+        (0, 0),
+        "{s:?}"
+    );
     // Both did real work (overlap, not one idling).
     for (out, name) in [(&ra.1, "a"), (&rb.1, "b")] {
         let report: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
-        assert!(report["stats"]["sent"].as_u64().unwrap() > 100, "{name}: {report}");
+        assert!(
+            report["stats"]["sent"].as_u64().unwrap() > 100,
+            "{name}: {report}"
+        );
     }
 }
 
@@ -90,11 +121,19 @@ async fn opt_outs_committed_mid_run_are_never_mailed_after_they_commit(pool: PgP
     const N: i64 = 5000;
     const RECHECK_MS: u64 = 300;
     seed(&pool, CAMPAIGN, N).await;
-    let p = provider(FakeConfig { faults: true, latency_mean_ms: 20, latency_jitter_ms: 10, ..Default::default() })
-        .await;
+    let p = provider(FakeConfig {
+        faults: true,
+        latency_mean_ms: 20,
+        latency_jitter_ms: 10,
+        ..Default::default()
+    })
+    .await;
     let db = database_url(&pool).await;
     let recheck = RECHECK_MS.to_string();
-    let e = env(&p.url, &[("MAIL_RATE_PER_S", "500"), ("OPTOUT_RECHECK_MS", &recheck)]);
+    let e = env(
+        &p.url,
+        &[("MAIL_RATE_PER_S", "500"), ("OPTOUT_RECHECK_MS", &recheck)],
+    );
     let w1 = spawn_sender(&["run"], &db, &e);
     let w2 = spawn_sender(&["run"], &db, &e);
 
@@ -109,11 +148,17 @@ async fn opt_outs_committed_mid_run_are_never_mailed_after_they_commit(pool: PgP
             .execute(&pool)
             .await
             .unwrap();
-        let at = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
+        let at = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
         committed.extend(ids.into_iter().map(|id| (id, at)));
         tokio::time::sleep(Duration::from_millis(80)).await;
     }
-    let (r1, r2) = tokio::join!(finish(w1, Duration::from_secs(90)), finish(w2, Duration::from_secs(90)));
+    let (r1, r2) = tokio::join!(
+        finish(w1, Duration::from_secs(90)),
+        finish(w2, Duration::from_secs(90))
+    );
     assert_eq!((r1.0, r2.0), (0, 0), "{}\n{}", r1.2, r2.2);
 
     let deliveries = p.fake.deliveries();
@@ -122,20 +167,31 @@ async fn opt_outs_committed_mid_run_are_never_mailed_after_they_commit(pool: PgP
     let window = RECHECK_MS + 150;
     let late: Vec<_> = deliveries
         .iter()
-        .filter_map(|d| committed.get(&d.member_id).map(|c| (d.member_id, d.first_ms as i64 - *c as i64)))
+        .filter_map(|d| {
+            committed
+                .get(&d.member_id)
+                .map(|c| (d.member_id, d.first_ms as i64 - *c as i64))
+        })
         .filter(|(_, after)| *after > window as i64)
         .collect();
-    assert!(late.is_empty(), "delivered after opt-out (member, ms after commit): {late:?}");
-    let opted_out_delivered = deliveries.iter().filter(|d| committed.contains_key(&d.member_id)).count();
+    assert!(
+        late.is_empty(),
+        "delivered after opt-out (member, ms after commit): {late:?}"
+    );
+    let opted_out_delivered = deliveries
+        .iter()
+        .filter(|d| committed.contains_key(&d.member_id))
+        .count();
     assert_eq!(p.fake.stats().members_delivered_more_than_once, 0);
 
     // Transient 503s (every 25th) end sent; 422s (every 997th) end failed; the opted-out ones
     // not already mailed stay unsent and are not work.
-    let rows: Vec<(i64, String)> = sqlx::query_as("SELECT member_id, state FROM campaign_targets WHERE campaign_id = $1")
-        .bind(CAMPAIGN)
-        .fetch_all(&pool)
-        .await
-        .unwrap();
+    let rows: Vec<(i64, String)> =
+        sqlx::query_as("SELECT member_id, state FROM campaign_targets WHERE campaign_id = $1")
+            .bind(CAMPAIGN)
+            .fetch_all(&pool)
+            .await
+            .unwrap();
     for (id, state) in rows {
         if committed.contains_key(&id) {
             assert!(state == "sent" || state == "pending", "{id}: {state}");
@@ -152,5 +208,8 @@ async fn opt_outs_committed_mid_run_are_never_mailed_after_they_commit(pool: PgP
     .await
     .unwrap();
     assert_eq!(unsent_opted_out as usize + opted_out_delivered, 500);
-    assert!(unsent_opted_out > 0, "the run finished before any opt-out mattered; the test proves nothing");
+    assert!(
+        unsent_opted_out > 0,
+        "the run finished before any opt-out mattered; the test proves nothing"
+    );
 }

@@ -35,7 +35,10 @@ pub struct TestProvider {
 pub async fn provider(cfg: FakeConfig) -> TestProvider {
     let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let (bound, fake, _task) = fake_provider::spawn(cfg, addr).await.unwrap();
-    TestProvider { url: format!("http://{bound}/v1/send"), fake }
+    TestProvider {
+        url: format!("http://{bound}/v1/send"),
+        fake,
+    }
 }
 
 /// Defaults shrunk to test speed: short timeouts and backoff, generous rate.
@@ -93,8 +96,12 @@ pub async fn state_of(pool: &PgPool, member_id: i64) -> (String, i32, Option<i16
 
 /// A URL for a child process to reach this test's own database.
 pub async fn database_url(pool: &PgPool) -> String {
-    let db: String = sqlx::query_scalar("SELECT current_database()").fetch_one(pool).await.unwrap();
-    let mut url = reqwest::Url::parse(&std::env::var("DATABASE_URL").expect("DATABASE_URL")).unwrap();
+    let db: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    let mut url =
+        reqwest::Url::parse(&std::env::var("DATABASE_URL").expect("DATABASE_URL")).unwrap();
     url.set_path(&format!("/{db}"));
     url.to_string()
 }

@@ -28,7 +28,10 @@ async fn a_legacy_table_with_sent_at_rows_migrates_and_those_rows_are_never_sent
     let st = states(&pool).await;
     assert_eq!((st.get("sent"), st.get("pending")), (Some(&60), Some(&40)));
     let p = provider(FakeConfig::default()).await;
-    let report = worker(&pool, config(&p.url)).run(Default::default()).await.unwrap();
+    let report = worker(&pool, config(&p.url))
+        .run(Default::default())
+        .await
+        .unwrap();
     assert_eq!(report.exit_code, 0);
     let delivered: HashSet<i64> = p.fake.deliveries().iter().map(|d| d.member_id).collect();
     assert_eq!(delivered, (61..=100).collect());
@@ -43,7 +46,9 @@ async fn a_legacy_table_with_sent_at_rows_migrates_and_those_rows_are_never_sent
 #[sqlx::test(migrations = false)]
 async fn migrate_is_safe_when_four_pods_run_it_at_the_same_moment(pool: PgPool) {
     let url = database_url(&pool).await;
-    let children: Vec<_> = (0..4).map(|_| spawn_sender(&["migrate"], &url, &[])).collect();
+    let children: Vec<_> = (0..4)
+        .map(|_| spawn_sender(&["migrate"], &url, &[]))
+        .collect();
     for child in children {
         let (code, _, err) = finish(child, Duration::from_secs(60)).await;
         assert_eq!(code, 0, "a concurrent migrate failed: {err}");

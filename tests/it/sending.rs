@@ -19,7 +19,11 @@ fn far() -> Instant {
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn retry_backs_off_then_fails_after_max_attempts(pool: PgPool) {
     seed(&pool, CAMPAIGN, 1).await;
-    let p = provider(FakeConfig { always_unavailable: true, ..Default::default() }).await;
+    let p = provider(FakeConfig {
+        always_unavailable: true,
+        ..Default::default()
+    })
+    .await;
     let mut cfg = config(&p.url);
     cfg.max_attempts = 3;
     cfg.backoff_base_ms = 300;
@@ -29,9 +33,15 @@ async fn retry_backs_off_then_fails_after_max_attempts(pool: PgPool) {
 
     let s = Store::new(pool.clone(), CAMPAIGN);
     for attempt in 1..=3 {
-        assert!(matches!(w.step(far(), &cancel).await.unwrap(), Step::Worked { claimed: 1 }));
+        assert!(matches!(
+            w.step(far(), &cancel).await.unwrap(),
+            Step::Worked { claimed: 1 }
+        ));
         let (state, attempts, status, error) = state_of(&pool, 1).await;
-        assert_eq!((attempts, status, error.as_deref()), (attempt, Some(503), Some("server_error")));
+        assert_eq!(
+            (attempts, status, error.as_deref()),
+            (attempt, Some(503), Some("server_error"))
+        );
         if attempt < 3 {
             assert_eq!(state, "pending");
             // Backing off: not claimable until not_before (>= half the 300 ms step).
@@ -42,7 +52,9 @@ async fn retry_backs_off_then_fails_after_max_attempts(pool: PgPool) {
             .await
             .unwrap();
             assert!(wait > 0.1, "retry not delayed: {wait}s");
-            assert!(matches!(w.step(far(), &cancel).await.unwrap(), Step::Empty(r) if r.waiting == 1));
+            assert!(
+                matches!(w.step(far(), &cancel).await.unwrap(), Step::Empty(r) if r.waiting == 1)
+            );
             tokio::time::sleep(Duration::from_secs_f64(wait + 0.05)).await;
         } else {
             assert_eq!(state, "failed");
@@ -55,7 +67,11 @@ async fn retry_backs_off_then_fails_after_max_attempts(pool: PgPool) {
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn time_budget_leftovers_are_released_without_counting_an_attempt(pool: PgPool) {
     seed(&pool, CAMPAIGN, 20).await;
-    let p = provider(FakeConfig { latency_mean_ms: 200, ..Default::default() }).await;
+    let p = provider(FakeConfig {
+        latency_mean_ms: 200,
+        ..Default::default()
+    })
+    .await;
     let mut cfg = config(&p.url);
     cfg.send_concurrency = 1;
     let w = worker(&pool, cfg);
@@ -81,7 +97,11 @@ async fn time_budget_leftovers_are_released_without_counting_an_attempt(pool: Pg
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn a_cancelled_run_releases_unsent_rows_at_once(pool: PgPool) {
     seed(&pool, CAMPAIGN, 50).await;
-    let p = provider(FakeConfig { latency_mean_ms: 100, ..Default::default() }).await;
+    let p = provider(FakeConfig {
+        latency_mean_ms: 100,
+        ..Default::default()
+    })
+    .await;
     let mut cfg = config(&p.url);
     cfg.send_concurrency = 2;
     let w = worker(&pool, cfg);
@@ -94,7 +114,11 @@ async fn a_cancelled_run_releases_unsent_rows_at_once(pool: PgPool) {
     let report = w.run(cancel).await.unwrap();
     assert_eq!(report.exit_code, 1);
     let st = states(&pool).await;
-    assert_eq!(st.get("sending"), None, "rows left leased after shutdown: {st:?}");
+    assert_eq!(
+        st.get("sending"),
+        None,
+        "rows left leased after shutdown: {st:?}"
+    );
     assert!(report.stats.released >= 30, "{:?}", report.stats);
     assert_eq!(report.stats.sent as i64, *st.get("sent").unwrap());
 }
@@ -103,13 +127,28 @@ async fn a_cancelled_run_releases_unsent_rows_at_once(pool: PgPool) {
 async fn the_idempotency_key_is_the_same_on_every_attempt(pool: PgPool) {
     seed(&pool, CAMPAIGN, 100).await;
     // Members 25, 50, 75, 100 get a 503 on their first attempt and are retried.
-    let p = provider(FakeConfig { faults: true, ..Default::default() }).await;
-    let report = worker(&pool, config(&p.url)).run(Default::default()).await.unwrap();
+    let p = provider(FakeConfig {
+        faults: true,
+        ..Default::default()
+    })
+    .await;
+    let report = worker(&pool, config(&p.url))
+        .run(Default::default())
+        .await
+        .unwrap();
     assert_eq!(report.exit_code, 0);
     let stats = p.fake.stats();
-    assert_eq!((stats.faults_503, stats.delivered, stats.requests), (4, 100, 104));
+    assert_eq!(
+        (stats.faults_503, stats.delivered, stats.requests),
+        (4, 100, 104)
+    );
     for d in p.fake.deliveries() {
-        assert_eq!(d.keys, vec![format!("{CAMPAIGN}:{}", d.member_id)], "member {}", d.member_id);
+        assert_eq!(
+            d.keys,
+            vec![format!("{CAMPAIGN}:{}", d.member_id)],
+            "member {}",
+            d.member_id
+        );
     }
     for m in [25, 50, 75, 100] {
         assert_eq!(state_of(&pool, m).await.0, "sent");
@@ -119,7 +158,11 @@ async fn the_idempotency_key_is_the_same_on_every_attempt(pool: PgPool) {
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn an_opt_out_committed_after_claim_but_before_send_stops_that_send(pool: PgPool) {
     seed(&pool, CAMPAIGN, 40).await;
-    let p = provider(FakeConfig { latency_mean_ms: 100, ..Default::default() }).await;
+    let p = provider(FakeConfig {
+        latency_mean_ms: 100,
+        ..Default::default()
+    })
+    .await;
     let mut cfg = config(&p.url);
     cfg.send_concurrency = 1;
     cfg.optout_recheck_ms = 50;
@@ -139,10 +182,16 @@ async fn an_opt_out_committed_after_claim_but_before_send_stops_that_send(pool: 
     let (step, _) = tokio::join!(w.step(far(), &cancel), opt_out);
     assert!(matches!(step.unwrap(), Step::Worked { claimed: 40 }));
     let delivered: HashSet<i64> = p.fake.deliveries().iter().map(|d| d.member_id).collect();
-    assert!(delivered.iter().all(|&m| m <= 30), "sent after opt-out: {delivered:?}");
+    assert!(
+        delivered.iter().all(|&m| m <= 30),
+        "sent after opt-out: {delivered:?}"
+    );
     assert_eq!(delivered.len(), 30);
     assert_eq!(w.stats().opted_out, 10);
     let (state, attempts, _, error) = state_of(&pool, 35).await;
-    assert_eq!((state.as_str(), attempts, error.as_deref()), ("pending", 0, Some("opted_out")));
+    assert_eq!(
+        (state.as_str(), attempts, error.as_deref()),
+        ("pending", 0, Some("opted_out"))
+    );
     assert_eq!(store(&pool).remaining().await.unwrap().total(), 0);
 }

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Breaks the safety-critical code on purpose, one mutation at a time, and shows which tests
+# notice. Every mutation must turn at least one test red; the script fails otherwise.
+# Needs DATABASE_URL like scripts/test.sh (starts a throwaway PostgreSQL when unset).
+# The working tree is restored after each mutation (and on exit, whatever happens).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ -z "${DATABASE_URL:-}" ]; then
+  pgdir=$(mktemp -d)
+  DATABASE_URL=$(scripts/pg.sh start "$pgdir")
+  export DATABASE_URL
+else
+  pgdir=""
+fi
+backup=$(mktemp -d)
+cp src/store.rs src/provider.rs "$backup/"
+cleanup() {
+  cp "$backup/store.rs" src/store.rs
+  cp "$backup/provider.rs" src/provider.rs
+  rm -rf "$backup"
+  [ -n "$pgdir" ] && scripts/pg.sh stop "$pgdir"
+  true
+}
+trap cleanup EXIT
+
+# name | file | python expression old → new (exact text, must occur exactly once)
+mutations=(
+  "claim without SKIP LOCKED|src/store.rs|  FOR UPDATE SKIP LOCKED|  FOR UPDATE"
+  "finish without the claim_id fence|src/store.rs|AND t.claim_id = \$2|AND \$2::uuid IS NOT NULL"
+  "claim ignores opted_out_at|src/store.rs|AND opted_out_at IS NULL
+                   AND state IN ('pending', 'sending')|AND state IN ('pending', 'sending')"
+  "attempt number in the Idempotency-Key|src/provider.rs|idempotency_key(&self.campaign_id, member_id)|format!(\"{}:{attempt}\", idempotency_key(&self.campaign_id, member_id))"
+)
+
+survived=0
+printf '%-40s %s\n' "mutation" "tests that went red"
+for m in "${mutations[@]}"; do
+  IFS='|' read -r name file old new <<<"$m"
+  # Multi-line patterns: read the whole record again with python for exact replacement.
+  python3 - "$file" "$m" <<'PY'
+import sys
+path, rec = sys.argv[1], sys.argv[2]
+name, file, old, new = rec.split("|")
+src = open(path).read()
+if src.count(old) != 1:
+    sys.exit(f"mutation {name!r}: pattern found {src.count(old)} times in {path}; update scripts/mutants-sql.sh")
+open(path, "w").write(src.replace(old, new))
+PY
+  out=$(cargo test --locked --test it -q 2>&1 || true)
+  if grep -q "could not compile" <<<"$out"; then
+    cp "$backup/$(basename "$file")" "$file"
+    echo "mutation '$name' does not compile; fix scripts/mutants-sql.sh" >&2
+    exit 1
+  fi
+  red=$(sed -n 's/^test \(.*\) \.\.\. FAILED$/\1/p; s/^    \([a-z_0-9]*::[a-z_0-9:]*\)$/\1/p' <<<"$out" | sort -u | tr '\n' ' ')
+  cp "$backup/$(basename "$file")" "$file"
+  if [ -z "$red" ]; then
+    printf '%-40s %s\n' "$name" "NONE — the mutant survived"
+    survived=$((survived + 1))
+  else
+    printf '%-40s %s\n' "$name" "$red"
+  fi
+done
+echo "mutants: ${#mutations[@]} total, $((${#mutations[@]} - survived)) killed, $survived survived"
+[ "$survived" = 0 ]

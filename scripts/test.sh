@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# README command 2: every test (unit, integration on real PostgreSQL, end-to-end with real
+# processes). Starts a throwaway PostgreSQL unless DATABASE_URL already points at one that
+# allows CREATE DATABASE (sqlx::test makes a fresh database per test).
+# Extra arguments go to `cargo test` (e.g. `scripts/test.sh e2e::`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ -z "${DATABASE_URL:-}" ]; then
+  dir=$(mktemp -d)
+  trap 'scripts/pg.sh stop "$dir"' EXIT
+  DATABASE_URL=$(scripts/pg.sh start "$dir")
+  export DATABASE_URL
+fi
+cargo test --locked "$@"
