@@ -92,10 +92,10 @@ pub struct DbConfig {
 
 impl DbConfig {
     pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_iter(std::env::vars())
+        Self::from_vars(std::env::vars())
     }
 
-    pub fn from_iter(
+    pub fn from_vars(
         vars: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Self, ConfigError> {
         let cfg: Self = envy::from_iter(vars).map_err(ConfigError::from_envy)?;
@@ -254,10 +254,10 @@ fn positive(var: &str, value: u64) -> Result<(), ConfigError> {
 
 impl RunConfig {
     pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_iter(std::env::vars())
+        Self::from_vars(std::env::vars())
     }
 
-    pub fn from_iter(
+    pub fn from_vars(
         vars: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Self, ConfigError> {
         let cfg: Self = envy::from_iter(vars).map_err(ConfigError::from_envy)?;
@@ -271,7 +271,7 @@ impl RunConfig {
             ("CAMPAIGN_ID".to_string(), campaign_id.to_string()),
             ("MAIL_URL".to_string(), mail_url.to_string()),
         ];
-        Self::from_iter(vars).expect("defaults are valid")
+        Self::from_vars(vars).expect("defaults are valid")
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -392,7 +392,7 @@ mod tests {
 
     #[test]
     fn defaults_are_the_documented_ones() {
-        let c = RunConfig::from_iter(vars(&[])).unwrap();
+        let c = RunConfig::from_vars(vars(&[])).unwrap();
         assert_eq!(
             (c.batch_size, c.lease_s, c.max_attempts, c.deadline_s),
             (200, 60, 5, 3300)
@@ -415,21 +415,21 @@ mod tests {
             ("READ_TIMEOUT_MS", "x"),
         ];
         for (var, value) in cases {
-            let err = RunConfig::from_iter(vars(&[(var, value)])).unwrap_err();
+            let err = RunConfig::from_vars(vars(&[(var, value)])).unwrap_err();
             assert_eq!(&err.var, var, "{var}={value} gave {err}");
         }
         let missing: Vec<_> = vars(&[])
             .into_iter()
             .filter(|(k, _)| k != "MAIL_URL")
             .collect();
-        assert_eq!(RunConfig::from_iter(missing).unwrap_err().var, "MAIL_URL");
+        assert_eq!(RunConfig::from_vars(missing).unwrap_err().var, "MAIL_URL");
     }
 
     #[test]
     fn secrets_never_print() {
-        let c = RunConfig::from_iter(vars(&[("MAIL_API_KEY", "sk_live_abc")])).unwrap();
+        let c = RunConfig::from_vars(vars(&[("MAIL_API_KEY", "sk_live_abc")])).unwrap();
         assert!(!format!("{c:?}").contains("sk_live_abc"));
-        let d = DbConfig::from_iter([("DATABASE_URL".into(), "postgres://u:hunter2@h/db".into())])
+        let d = DbConfig::from_vars([("DATABASE_URL".into(), "postgres://u:hunter2@h/db".into())])
             .unwrap();
         assert!(!format!("{d:?}").contains("hunter2"));
     }

@@ -60,7 +60,7 @@ pub fn config(url: &str) -> RunConfig {
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
-    RunConfig::from_iter(vars).unwrap()
+    RunConfig::from_vars(vars).unwrap()
 }
 
 pub fn worker(pool: &PgPool, cfg: RunConfig) -> Worker {

@@ -1,0 +1,57 @@
+-- The online-safe form of migrations/20261202000001_campaign_targets.sql, for a large live
+-- table (our users: 1.2 M rows on Cloud SQL, the old CronJob possibly still reading it).
+-- Run it statement by statement with psql BEFORE the first `campaign-sender migrate`; that
+-- migration then finds everything in place and only records its version.
+-- Nothing here holds a lock that blocks reads or writes for longer than a catalog update.
+-- tests/it/migrate.rs runs this file and checks it ends in the same schema as the migration.
+
+-- 1. New columns. Metadata-only since PostgreSQL 11 (constant defaults, no rewrite), but
+--    ALTER TABLE takes an ACCESS EXCLUSIVE lock for that instant: never queue behind a long
+--    transaction (and block everyone behind us) — fail fast and retry instead.
+SET lock_timeout = '5s';
+
+ALTER TABLE campaign_targets
+    ADD COLUMN IF NOT EXISTS opted_out_at timestamptz,
+    ADD COLUMN IF NOT EXISTS state        text        NOT NULL DEFAULT 'pending',
+    ADD COLUMN IF NOT EXISTS attempts     integer     NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS not_before   timestamptz,
+    ADD COLUMN IF NOT EXISTS lease_until  timestamptz,
+    ADD COLUMN IF NOT EXISTS claim_id     uuid,
+    ADD COLUMN IF NOT EXISTS last_status  smallint,
+    ADD COLUMN IF NOT EXISTS last_error   text,
+    ADD COLUMN IF NOT EXISTS updated_at   timestamptz;
+
+-- 2. Backfill legacy sent rows in short transactions of 10 000 rows. Repeat this statement
+--    until it reports UPDATE 0 (psql: `\watch 1`, stop at 0). Row locks only, briefly.
+UPDATE campaign_targets
+   SET state = 'sent'
+ WHERE ctid = ANY (ARRAY(SELECT ctid FROM campaign_targets
+                          WHERE sent_at IS NOT NULL AND state <> 'sent'
+                          LIMIT 10000));
+
+-- 3. CHECK constraints without a long lock: NOT VALID is instant; VALIDATE scans the table under
+--    SHARE UPDATE EXCLUSIVE, which lets reads and writes continue.
+ALTER TABLE campaign_targets
+    ADD CONSTRAINT campaign_targets_state_check
+    CHECK (state IN ('pending', 'sending', 'sent', 'failed')) NOT VALID;
+
+ALTER TABLE campaign_targets VALIDATE CONSTRAINT campaign_targets_state_check;
+
+ALTER TABLE campaign_targets
+    ADD CONSTRAINT campaign_targets_attempts_check CHECK (attempts >= 0) NOT VALID;
+
+ALTER TABLE campaign_targets VALIDATE CONSTRAINT campaign_targets_attempts_check;
+
+-- 4. Indexes without blocking writes. CONCURRENTLY cannot run inside a transaction block. If one
+--    fails it leaves an INVALID index that IF NOT EXISTS would then skip: check with
+--    `SELECT indexrelid::regclass FROM pg_index WHERE NOT indisvalid;`, DROP INDEX CONCURRENTLY
+--    it, and run the statement again.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS campaign_targets_work_idx
+    ON campaign_targets (campaign_id, member_id)
+    WHERE state IN ('pending', 'sending') AND opted_out_at IS NULL;
+
+CREATE INDEX CONCURRENTLY IF NOT EXISTS campaign_targets_failed_idx
+    ON campaign_targets (campaign_id, last_status)
+    WHERE state = 'failed';
+
+RESET lock_timeout;
