@@ -136,15 +136,18 @@ pub struct RunConfig {
     /// attempt included. Per process until the fleet-wide share lands; see README.
     #[serde(default = "defaults::mail_rate_per_s")]
     pub mail_rate_per_s: u32,
-    /// `LEASE_S` (default 60): how long a claim is ours; a crashed worker's rows are taken by
-    /// others after this.
+    /// `LEASE_S` (default 30): how long a claim is ours without a heartbeat. A heartbeat every
+    /// `LEASE_S / 3` keeps the rows of a live worker leased; a killed worker's rows are taken
+    /// by others after this.
     #[serde(default = "defaults::lease_s")]
     pub lease_s: u64,
-    /// `BATCH_BUDGET_S` (default 40): no new send of a batch starts after this; unsent rows go
-    /// back to `pending` without counting an attempt. Must leave room for in-flight requests
-    /// and the result write inside `LEASE_S`.
-    #[serde(default = "defaults::batch_budget_s")]
-    pub batch_budget_s: u64,
+    /// `FLUSH_MAX_ROWS` (default 100): results are written (fenced) once this many are waiting...
+    #[serde(default = "defaults::flush_max_rows")]
+    pub flush_max_rows: u32,
+    /// `FLUSH_INTERVAL_MS` (default 200): ...or this long after the oldest one came in. A crash
+    /// re-sends at most what was in flight plus this much unwritten work.
+    #[serde(default = "defaults::flush_interval_ms")]
+    pub flush_interval_ms: u64,
     /// `DEADLINE_S` (default 3300): the run stops claiming after this and exits 1 if work is
     /// left; 0 means no deadline.
     #[serde(default = "defaults::deadline_s")]
@@ -208,10 +211,13 @@ mod defaults {
         500
     }
     pub fn lease_s() -> u64 {
-        60
+        30
     }
-    pub fn batch_budget_s() -> u64 {
-        40
+    pub fn flush_max_rows() -> u32 {
+        100
+    }
+    pub fn flush_interval_ms() -> u64 {
+        200
     }
     pub fn deadline_s() -> u64 {
         3300
@@ -308,7 +314,8 @@ impl RunConfig {
         positive("SEND_CONCURRENCY", self.send_concurrency as u64)?;
         positive("MAIL_RATE_PER_S", self.mail_rate_per_s as u64)?;
         positive("LEASE_S", self.lease_s)?;
-        positive("BATCH_BUDGET_S", self.batch_budget_s)?;
+        positive("FLUSH_MAX_ROWS", self.flush_max_rows as u64)?;
+        positive("FLUSH_INTERVAL_MS", self.flush_interval_ms)?;
         positive("MAX_ATTEMPTS", self.max_attempts as u64)?;
         positive("BACKOFF_BASE_MS", self.backoff_base_ms)?;
         positive("CONNECT_TIMEOUT_MS", self.connect_timeout_ms)?;
@@ -327,16 +334,13 @@ impl RunConfig {
                 "must be between 0 and 1",
             ));
         }
-        // The lease must outlive the batch: budget, then the slowest in-flight request, then
-        // the result write. Otherwise another worker may re-claim rows we are still sending.
-        let request_s = (self.connect_timeout_ms + self.read_timeout_ms).div_ceil(1000);
-        if self.lease_s < self.batch_budget_s + request_s + 2 {
+        // A request that started under a fresh ownership check must end well inside the lease,
+        // even if the heartbeats around it fail; and a heartbeat must fit three times in it.
+        let request_ms = self.connect_timeout_ms + self.read_timeout_ms;
+        if self.lease_s < 3 || self.lease_s * 1000 < request_ms + 2000 {
             return Err(ConfigError::new(
                 "LEASE_S",
-                format!(
-                    "must be at least BATCH_BUDGET_S + (CONNECT_TIMEOUT_MS + READ_TIMEOUT_MS) + 2 s = {} s",
-                    self.batch_budget_s + request_s + 2
-                ),
+                format!("must be at least 3 and at least CONNECT_TIMEOUT_MS + READ_TIMEOUT_MS + 2 s = {} s", (request_ms + 2000).div_ceil(1000)),
             ));
         }
         Ok(())
@@ -357,8 +361,11 @@ impl RunConfig {
     pub fn lease(&self) -> Duration {
         Duration::from_secs(self.lease_s)
     }
-    pub fn batch_budget(&self) -> Duration {
-        Duration::from_secs(self.batch_budget_s)
+    pub fn heartbeat(&self) -> Duration {
+        self.lease() / 3
+    }
+    pub fn flush_interval(&self) -> Duration {
+        Duration::from_millis(self.flush_interval_ms)
     }
     pub fn deadline(&self) -> Option<Duration> {
         (self.deadline_s > 0).then(|| Duration::from_secs(self.deadline_s))
@@ -395,7 +402,7 @@ mod tests {
         let c = RunConfig::from_vars(vars(&[])).unwrap();
         assert_eq!(
             (c.batch_size, c.lease_s, c.max_attempts, c.deadline_s),
-            (200, 60, 5, 3300)
+            (200, 30, 5, 3300)
         );
         assert_eq!((c.connect_timeout_ms, c.read_timeout_ms), (2000, 5000));
     }
@@ -407,6 +414,8 @@ mod tests {
             ("BATCH_SIZE", "0"),
             ("BATCH_SIZE", "-3"),
             ("LEASE_S", "5"),
+            ("LEASE_S", "2"),
+            ("FLUSH_MAX_ROWS", "0"),
             ("MAIL_URL", "ftp://x/y"),
             ("MAIL_URL", "not a url"),
             ("MAX_ATTEMPTS", "0"),

@@ -46,6 +46,8 @@ pub struct WorkerStats {
     pub stale_writes: u64,
     /// Batches whose results could not be written at all (rows return after their lease).
     pub finish_errors: u64,
+    /// Row leases extended by the heartbeat.
+    pub leases_renewed: u64,
 }
 
 impl WorkerStats {
@@ -78,6 +80,7 @@ impl WorkerStats {
         self.invalid_email += o.invalid_email;
         self.stale_writes += o.stale_writes;
         self.finish_errors += o.finish_errors;
+        self.leases_renewed += o.leases_renewed;
     }
 }
 

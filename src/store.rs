@@ -197,34 +197,32 @@ impl Store {
         Ok(Batch { claim_id, rows })
     }
 
-    /// Which of these claimed rows must not be sent now.
+    /// Which of these claimed rows (member id, the claim that holds it) must not be sent now.
     ///
     /// Invariant: a send starts only after this has seen the row still ours (`state =
-    /// 'sending'`, our `claim_id`) and not opted out. Run just before sending, it closes the
-    /// window between claim and send to the freshness the caller demands.
-    pub async fn holds(
-        &self,
-        claim_id: Uuid,
-        member_ids: &[i64],
-    ) -> Result<Vec<(i64, Hold)>, sqlx::Error> {
+    /// 'sending'` under the claim we hold it by) and not opted out. Run just before sending, it
+    /// closes the window between claim and send to the freshness the caller demands. Primary-key
+    /// lookups only: cost O(rows asked).
+    pub async fn holds(&self, rows: &[(i64, Uuid)]) -> Result<Vec<(i64, Hold)>, sqlx::Error> {
+        let (ids, claims): (Vec<i64>, Vec<Uuid>) = rows.iter().copied().unzip();
         // language=PostgreSQL
-        let rows = sqlx::query(
+        let found = sqlx::query(
             r#"
-            SELECT member_id, opted_out_at IS NOT NULL AS opted_out
-              FROM campaign_targets
-             WHERE campaign_id = $1
-               AND member_id = ANY($2)
-               AND (   opted_out_at IS NOT NULL
-                    OR state <> 'sending'
-                    OR claim_id IS DISTINCT FROM $3)
+            SELECT t.member_id, t.opted_out_at IS NOT NULL AS opted_out
+              FROM unnest($2::bigint[], $3::uuid[]) AS r(member_id, claim_id)
+              JOIN campaign_targets t
+                ON t.campaign_id = $1 AND t.member_id = r.member_id
+             WHERE t.opted_out_at IS NOT NULL
+                OR t.state <> 'sending'
+                OR t.claim_id IS DISTINCT FROM r.claim_id
             "#,
         )
         .bind(&self.campaign_id)
-        .bind(member_ids)
-        .bind(claim_id)
+        .bind(&ids)
+        .bind(&claims)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
+        Ok(found
             .into_iter()
             .map(|r| {
                 let hold = if r.get::<bool, _>(1) {
@@ -235,6 +233,43 @@ impl Store {
                 (r.get(0), hold)
             })
             .collect())
+    }
+
+    /// The heartbeat: pushes the lease of rows we still hold (member id, claim) to
+    /// `now() + lease`. Returns how many rows were extended.
+    ///
+    /// Invariant: fenced like every write — only rows still `sending` under the claim we hold
+    /// them by; a row someone else re-claimed is not extended (and not ours any more).
+    /// Primary-key lookups only, so its cost is O(rows held), not O(campaign).
+    pub async fn extend_leases(
+        &self,
+        rows: &[(i64, Uuid)],
+        lease: Duration,
+    ) -> Result<u64, sqlx::Error> {
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        let (ids, claims): (Vec<i64>, Vec<Uuid>) = rows.iter().copied().unzip();
+        // language=PostgreSQL
+        let n = sqlx::query(
+            r#"
+            UPDATE campaign_targets t
+               SET lease_until = now() + make_interval(secs => $4)
+              FROM unnest($2::bigint[], $3::uuid[]) AS r(member_id, claim_id)
+             WHERE t.campaign_id = $1
+               AND t.member_id = r.member_id
+               AND t.state = 'sending'
+               AND t.claim_id = r.claim_id
+            "#,
+        )
+        .bind(&self.campaign_id)
+        .bind(&ids)
+        .bind(&claims)
+        .bind(lease.as_secs_f64())
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok(n)
     }
 
     /// Writes a batch's results in one fenced statement; returns how many rows were written.

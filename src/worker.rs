@@ -1,38 +1,53 @@
-//! The work loop: claim → send → fenced finish, one batch at a time per [`Worker::step`], and
-//! [`Worker::run`] looping steps until the campaign is done, the deadline passes, the failure
-//! threshold is crossed or the root token is cancelled.
+//! The work loop: a pipeline per process that keeps the provider busy.
 //!
-//! Inside a batch up to `SEND_CONCURRENCY` requests are in flight; results may come back in any
-//! order (each is keyed by member id). Before any send starts, a [`Gate`] makes sure a check at
-//! most `OPTOUT_RECHECK_MS` old saw the row still ours and not opted out, and the local pacer
-//! (governor) hands out a token: every HTTP attempt spends one.
+//! ```text
+//!  claimer ──rows──▶ gate/dispatcher ──spawns──▶ sends (≤ SEND_CONCURRENCY) ──results──▶ flusher
+//!     ▲  claims a batch only when fewer    │ token from the pacer                  │ fenced writes every
+//!     │  than `low_water` rows are queued  │ fresh opt-out/ownership check          │ FLUSH_MAX_ROWS or
+//!     └──────────── room ◀─────────────────┘                                        │ FLUSH_INTERVAL_MS
+//!  heartbeat: every LEASE_S/3 extends the lease of every row still held (fenced) ◀──┘ (rows leave `held`)
+//! ```
 //!
-//! Stopping a batch (budget spent, deadline, SIGTERM) stops *starting* sends; requests already
-//! in flight finish (bounded by the request timeout), their results are written, and every row
-//! not attempted is released at once to `pending` with its attempt given back.
+//! - **Pipelined batches**: the next batch is claimed while the current one is still sending, but
+//!   only when the queue of claimed-but-unsent rows is below `low_water` (about half a second of
+//!   work), so a pod never hoards rows another pod could send.
+//! - **Gate**: before any send starts, the pacer (governor) hands out a token — every HTTP
+//!   attempt spends one — and a check at most `OPTOUT_RECHECK_MS` old must have seen the row
+//!   still ours and not opted out.
+//! - **Results flushed as they come**, in small fenced groups, so a crash re-sends at most what
+//!   was in flight plus one flush interval.
+//! - **Heartbeat**: rows held by a live worker never expire, so `LEASE_S` can be short and a
+//!   killed worker's rows come back quickly.
+//! - **Stopping** (SIGTERM, deadline, failure threshold, a step's `stop_at`): nothing new is
+//!   claimed or started; in-flight requests finish (bounded by the request timeout); their
+//!   results are written, and every claimed-but-unsent row is released at once in the same
+//!   fenced write, without counting the attempt.
+//!
+//! Memory is flat in campaign size: what is held is bounded by `BATCH_SIZE + low_water` rows.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::num::NonZeroU32;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 use uuid::Uuid;
 
 use crate::config::RunConfig;
 use crate::outcome::{plausible_email, resolve, ErrorClass, Resolution, RetryPolicy};
 use crate::provider::Provider;
 use crate::report::{RunReport, StopReason, WorkerStats};
-use crate::store::{Batch, ClaimedRow, Hold, Remaining, Store};
+use crate::store::{ClaimedRow, Hold, Remaining, Store};
 
 /// What one [`Worker::step`] did.
 #[derive(Debug)]
 pub enum Step {
-    /// A batch was claimed and settled.
+    /// A batch was claimed and settled (sent, scheduled, failed or released).
     Worked { claimed: usize },
     /// Nothing claimable right now; `remaining.total() == 0` means the campaign is done.
     Empty(Remaining),
@@ -53,108 +68,36 @@ pub struct Worker {
     policy: RetryPolicy,
     name: String,
     outage_limit: Duration,
-    stats: std::sync::Mutex<WorkerStats>,
+    stats: Mutex<WorkerStats>,
 }
 
-/// One item leaving the gate.
-enum Dispatch {
-    /// Cleared to send now (token spent, check fresh).
-    Send(ClaimedRow),
-    /// Settled without a request.
-    Settle(i64, Resolution),
-    /// No longer ours: someone re-claimed it. Nothing to write.
-    Lost(i64),
-}
-
-enum Done {
+/// What a send (or the gate) reports to the flusher.
+enum Outcome {
     Row {
+        claim_id: Uuid,
         member_id: i64,
         res: Resolution,
         requested: bool,
     },
-    Lost(i64),
+    /// No longer ours (someone re-claimed it after our lease lapsed): nothing to write.
+    Lost { claim_id: Uuid, member_id: i64 },
 }
 
-/// Hands out rows of one batch, in order, each only when (a) a pacer token is spent and (b) a
-/// database check no older than `max_age` saw it still ours and not opted out.
-struct Gate {
-    store: Store,
-    claim_id: Uuid,
-    unchecked: VecDeque<ClaimedRow>,
-    cleared: VecDeque<ClaimedRow>,
-    held: VecDeque<Dispatch>,
-    checked_at: Option<Instant>,
-    max_age: Duration,
-    chunk: usize,
-    limiter: Arc<DefaultDirectRateLimiter>,
-}
-
-impl Gate {
-    async fn next(&mut self) -> Option<Dispatch> {
-        loop {
-            if let Some(d) = self.held.pop_front() {
-                return Some(d);
-            }
-            // Rows that can never be delivered fail here, without a token or a request.
-            if let Some(pos) = self
-                .unchecked
-                .iter()
-                .position(|r| !plausible_email(r.email.as_deref()))
-            {
-                let row = self.unchecked.remove(pos).expect("position is in range");
-                return Some(Dispatch::Settle(
-                    row.member_id,
-                    Resolution::Failed {
-                        status: None,
-                        class: ErrorClass::InvalidEmail,
-                    },
-                ));
-            }
-            if self.cleared.is_empty() && self.unchecked.is_empty() {
-                return None;
-            }
-            self.limiter.until_ready().await;
-            let fresh = self.checked_at.is_some_and(|t| t.elapsed() <= self.max_age);
-            if fresh {
-                if let Some(row) = self.cleared.pop_front() {
-                    return Some(Dispatch::Send(row));
-                }
-            }
-            // Re-check the next chunk (stale cleared rows go back in front, in order).
-            while let Some(row) = self.cleared.pop_back() {
-                self.unchecked.push_front(row);
-            }
-            let take = self.chunk.min(self.unchecked.len());
-            let chunk: Vec<ClaimedRow> = self.unchecked.drain(..take).collect();
-            let ids: Vec<i64> = chunk.iter().map(|r| r.member_id).collect();
-            // The check's time is when it *starts*: everything committed before that is seen.
-            let started = Instant::now();
-            let holds = match self.store.holds(self.claim_id, &ids).await {
-                Ok(h) => h,
-                Err(e) => {
-                    // Cannot prove the rows are still sendable: send nothing more from this
-                    // batch. What was not sent is released (or, with the database gone,
-                    // re-claimed after the lease).
-                    warn!(error = %e, "opt-out re-check failed; stopping this batch's sends");
-                    return None;
-                }
-            };
-            self.checked_at = Some(started);
-            let held: std::collections::HashMap<i64, Hold> = holds.into_iter().collect();
-            for row in chunk {
-                match held.get(&row.member_id) {
-                    None => self.cleared.push_back(row),
-                    Some(Hold::OptedOut) => self.held.push_back(Dispatch::Settle(
-                        row.member_id,
-                        Resolution::Released {
-                            class: ErrorClass::OptedOut,
-                        },
-                    )),
-                    Some(Hold::Lost) => self.held.push_back(Dispatch::Lost(row.member_id)),
-                }
-            }
-        }
-    }
+/// One run of the pipeline (a whole `run`, or a single `step`).
+struct Pipeline<'a> {
+    w: &'a Worker,
+    /// Stop claiming and starting sends.
+    stop: CancellationToken,
+    one_batch: bool,
+    failure_budget: i64,
+    reason: Mutex<Option<StopReason>>,
+    fatal: Mutex<Option<RunError>>,
+    /// Rows claimed and not yet written, by claim: what the heartbeat extends.
+    held: Mutex<HashMap<Uuid, HashSet<i64>>>,
+    /// Rows claimed and not yet handed to a send (or settled): the claimer's room.
+    queued: AtomicUsize,
+    room: Notify,
+    claimed: AtomicUsize,
 }
 
 impl Worker {
@@ -187,225 +130,70 @@ impl Worker {
         })
     }
 
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     pub fn stats(&self) -> WorkerStats {
         self.stats.lock().expect("stats lock").clone()
     }
 
-    /// Claims one batch and settles it, stopping new sends at `stop_at` or on `cancel`.
+    /// Claims one batch and settles it: sends, writes results, releases what was not sent by
+    /// `stop_at` (or on `cancel`). For tests and tools that want to drive the queue step by step.
     pub async fn step(
         &self,
         stop_at: Instant,
         cancel: &CancellationToken,
-    ) -> Result<Step, sqlx::Error> {
-        let batch = self
-            .store
-            .claim(self.cfg.batch_size, self.cfg.lease())
-            .await?;
-        if batch.rows.is_empty() {
-            return Ok(Step::Empty(self.store.remaining().await?));
+    ) -> Result<Step, RunError> {
+        let p = Pipeline::new(self, cancel.child_token(), true, i64::MAX);
+        let timer = p.stop.clone();
+        let guard = tokio::spawn(async move {
+            tokio::time::sleep_until(stop_at).await;
+            timer.cancel();
+        });
+        let empty = p.drive().await;
+        guard.abort();
+        if let Some(e) = p.fatal.lock().expect("lock").take() {
+            return Err(e);
         }
-        let claimed = batch.rows.len();
-        let stop_at = stop_at.min(Instant::now() + self.cfg.batch_budget());
-        self.settle(batch, stop_at, cancel).await;
-        Ok(Step::Worked { claimed })
+        Ok(match empty {
+            Some(rem) => Step::Empty(rem),
+            None => Step::Worked {
+                claimed: p.claimed.load(Ordering::SeqCst),
+            },
+        })
     }
 
-    async fn settle(&self, batch: Batch, stop_at: Instant, cancel: &CancellationToken) {
-        let claim_id = batch.claim_id;
-        let claimed: Vec<i64> = batch.rows.iter().map(|r| r.member_id).collect();
-        let gate = Gate {
-            store: self.store.clone(),
-            claim_id,
-            unchecked: batch.rows.into(),
-            cleared: VecDeque::new(),
-            held: VecDeque::new(),
-            checked_at: None,
-            max_age: self.cfg.optout_recheck(),
-            chunk: (self.cfg.send_concurrency as usize).max(16),
-            limiter: self.limiter.clone(),
-        };
-        let stop = {
-            let cancel = cancel.clone();
-            async move {
-                tokio::select! {
-                    _ = tokio::time::sleep_until(stop_at) => {}
-                    _ = cancel.cancelled() => {}
-                }
-            }
-        };
-        let done: Vec<Done> =
-            futures::stream::unfold(gate, |mut g| async move { g.next().await.map(|d| (d, g)) })
-                .take_until(stop)
-                .map(|d| async move {
-                    match d {
-                        Dispatch::Send(row) => {
-                            let attempt = self
-                                .provider
-                                .send(
-                                    row.member_id,
-                                    row.attempt,
-                                    row.email.as_deref().unwrap_or_default(),
-                                )
-                                .await;
-                            let res = resolve(
-                                attempt,
-                                row.attempt.max(1) as u32,
-                                &self.policy,
-                                rand::random::<f64>(),
-                            );
-                            Done::Row {
-                                member_id: row.member_id,
-                                res,
-                                requested: true,
-                            }
-                        }
-                        Dispatch::Settle(member_id, res) => Done::Row {
-                            member_id,
-                            res,
-                            requested: false,
-                        },
-                        Dispatch::Lost(member_id) => Done::Lost(member_id),
-                    }
-                })
-                .buffer_unordered(self.cfg.send_concurrency as usize)
-                .collect()
-                .await;
-
-        let mut results: Vec<(i64, Resolution)> = Vec::with_capacity(claimed.len());
-        let mut seen: HashSet<i64> = HashSet::with_capacity(claimed.len());
-        let mut stats = WorkerStats {
-            batches: 1,
-            claimed: claimed.len() as u64,
-            ..Default::default()
-        };
-        for d in done {
-            match d {
-                Done::Row {
-                    member_id,
-                    res,
-                    requested,
-                } => {
-                    stats.requests += requested as u64;
-                    stats.count(&res);
-                    seen.insert(member_id);
-                    results.push((member_id, res));
-                }
-                // Re-claimed by someone else: their result, not ours to write.
-                Done::Lost(member_id) => {
-                    stats.stale_writes += 1;
-                    seen.insert(member_id);
-                }
-            }
-        }
-        // Claimed but never dispatched (budget, deadline, shutdown, a failed re-check): give
-        // them back now, so any worker can take them without waiting for the lease.
-        for id in claimed {
-            if !seen.contains(&id) {
-                stats.released += 1;
-                results.push((
-                    id,
-                    Resolution::Released {
-                        class: ErrorClass::Released,
-                    },
-                ));
-            }
-        }
-        let attempted_writes = results.len() as u64;
-        let written = self.finish_with_retry(claim_id, &results).await;
-        match written {
-            Some(w) => stats.stale_writes += attempted_writes - w,
-            None => stats.finish_errors += 1,
-        }
-        info!(
-            worker = %self.name,
-            claim_id = %claim_id,
-            claimed = stats.claimed,
-            sent = stats.sent,
-            retry = stats.retried,
-            failed = stats.failed,
-            released = stats.released,
-            opted_out = stats.opted_out,
-            stale_writes = stats.stale_writes,
-            "batch settled"
-        );
-        self.stats.lock().expect("stats lock").add(&stats);
-    }
-
-    /// The fenced write, retried briefly on a database error. If it still fails, the rows stay
-    /// `sending` until their lease expires and are then re-sent under the same idempotency key:
-    /// delayed, never lost, never mailed twice.
-    async fn finish_with_retry(
-        &self,
-        claim_id: Uuid,
-        results: &[(i64, Resolution)],
-    ) -> Option<u64> {
-        let mut wait = Duration::from_millis(200);
-        for attempt in 1..=5 {
-            match self.store.finish(claim_id, results).await {
-                Ok(w) => return Some(w),
-                Err(e) => {
-                    warn!(error = %e, attempt, "writing batch results failed; retrying");
-                    tokio::time::sleep(wait).await;
-                    wait *= 2;
-                }
-            }
-        }
-        warn!(
-            rows = results.len(),
-            "batch results not written; the rows return after their lease"
-        );
-        None
-    }
-
-    /// Runs until done, deadline, failure threshold or cancellation; always returns a report.
+    /// Runs until done, deadline, failure threshold or cancellation; always returns a report
+    /// unless the database stayed unreachable longer than the outage limit.
     pub async fn run(&self, cancel: CancellationToken) -> Result<RunReport, RunError> {
         let started = Instant::now();
-        let deadline = self.cfg.deadline().map(|d| started + d);
-        let far = started + Duration::from_secs(100 * 365 * 24 * 3600);
         let total = self.retrying(|| self.store.counts()).await?.total;
         let failure_budget = (total as f64 * self.cfg.max_permanent_failure_ratio).floor() as i64;
         info!(worker = %self.name, campaign = %self.store.campaign_id(), total, "run started");
 
-        let mut last_failed_seen = 0u64;
-        let reason = loop {
-            if cancel.is_cancelled() {
-                break StopReason::Signal;
-            }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                break StopReason::Deadline;
-            }
-            let step = self
-                .retrying(|| self.step(deadline.unwrap_or(far), &cancel))
-                .await?;
-            match step {
-                Step::Worked { .. } => {
-                    let failed_now = self.stats().failed;
-                    if failed_now > last_failed_seen {
-                        last_failed_seen = failed_now;
-                        let failed = self.retrying(|| self.store.failed_count()).await?;
-                        if failed > failure_budget {
-                            break StopReason::TooManyFailures;
-                        }
-                    }
-                }
-                Step::Empty(rem) if rem.total() == 0 => break StopReason::Done,
-                Step::Empty(rem) => {
-                    // Only rows in backoff or leased elsewhere: wait for the earliest, but
-                    // look again at least every IDLE_POLL_MS (others may release rows).
-                    let due = rem.next_due_s.map(|s| Duration::from_secs_f64(s.max(0.0)));
-                    let mut wake = Instant::now()
-                        + due
-                            .unwrap_or(self.cfg.idle_poll())
-                            .min(self.cfg.idle_poll());
-                    if let Some(d) = deadline {
-                        wake = wake.min(d);
-                    }
-                    tokio::select! {
-                        _ = tokio::time::sleep_until(wake) => {}
-                        _ = cancel.cancelled() => {}
-                    }
-                }
-            }
+        let p = Pipeline::new(self, cancel.child_token(), false, failure_budget);
+        let deadline_guard = self.cfg.deadline().map(|d| {
+            let stop = p.stop.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep_until(started + d).await;
+                stop.cancel();
+            })
+        });
+        p.drive().await;
+        if let Some(g) = deadline_guard {
+            g.abort();
+        }
+        if let Some(e) = p.fatal.lock().expect("lock").take() {
+            return Err(e);
+        }
+        let recorded = *p.reason.lock().expect("lock");
+        let reason = match recorded {
+            Some(r @ (StopReason::TooManyFailures | StopReason::Done)) => r,
+            _ if cancel.is_cancelled() => StopReason::Signal,
+            Some(r) => r,
+            // The only other way the pipeline stops by itself.
+            None => StopReason::Deadline,
         };
         let counts = self.retrying(|| self.store.counts()).await?;
         let report = RunReport::new(
@@ -438,6 +226,463 @@ impl Worker {
                     warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "database error; retrying");
                     tokio::time::sleep(wait).await;
                     wait = (wait * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+}
+
+impl<'a> Pipeline<'a> {
+    fn new(w: &'a Worker, stop: CancellationToken, one_batch: bool, failure_budget: i64) -> Self {
+        Self {
+            w,
+            stop,
+            one_batch,
+            failure_budget,
+            reason: Mutex::new(None),
+            fatal: Mutex::new(None),
+            held: Mutex::new(HashMap::new()),
+            queued: AtomicUsize::new(0),
+            room: Notify::new(),
+            claimed: AtomicUsize::new(0),
+        }
+    }
+
+    fn cfg(&self) -> &RunConfig {
+        &self.w.cfg
+    }
+
+    fn set_reason(&self, r: StopReason) {
+        let mut g = self.reason.lock().expect("lock");
+        if g.is_none() {
+            *g = Some(r);
+        }
+    }
+
+    fn fail(&self, e: RunError) {
+        self.fatal.lock().expect("lock").get_or_insert(e);
+        self.stop.cancel();
+    }
+
+    fn left_gate(&self, n: usize) {
+        self.queued.fetch_sub(n, Ordering::SeqCst);
+        self.room.notify_one();
+    }
+
+    /// Claim only when the queue of unsent rows is below about half a second of work (and at
+    /// least enough to keep every send slot busy), capped at one batch.
+    fn low_water(&self) -> usize {
+        let c = self.cfg();
+        (c.send_concurrency as usize)
+            .max(c.mail_rate_per_s as usize / 2)
+            .min(c.batch_size as usize)
+            .max(1)
+    }
+
+    /// Runs all stages to completion. Returns the remaining work when a one-batch step found
+    /// nothing to claim.
+    async fn drive(&self) -> Option<Remaining> {
+        let (rows_tx, rows_rx) = mpsc::unbounded_channel();
+        let (res_tx, res_rx) = mpsc::unbounded_channel();
+        let flushed = CancellationToken::new();
+        let (empty, (), (), ()) = tokio::join!(
+            self.claimer(rows_tx),
+            self.dispatcher(rows_rx, res_tx),
+            async {
+                self.flusher(res_rx).await;
+                flushed.cancel();
+            },
+            self.heartbeat(flushed.clone()),
+        );
+        empty
+    }
+
+    async fn claimer(&self, tx: mpsc::UnboundedSender<(Uuid, ClaimedRow)>) -> Option<Remaining> {
+        let w = self.w;
+        let low_water = self.low_water();
+        loop {
+            while self.queued.load(Ordering::SeqCst) >= low_water {
+                tokio::select! {
+                    _ = self.room.notified() => {}
+                    _ = self.stop.cancelled() => return None,
+                }
+            }
+            if self.stop.is_cancelled() {
+                return None;
+            }
+            let batch = match w
+                .retrying(|| w.store.claim(self.cfg().batch_size, self.cfg().lease()))
+                .await
+            {
+                Ok(b) => b,
+                Err(e) => {
+                    self.fail(e);
+                    return None;
+                }
+            };
+            if batch.rows.is_empty() {
+                let rem = match w.retrying(|| w.store.remaining()).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        self.fail(e);
+                        return None;
+                    }
+                };
+                if self.one_batch {
+                    return Some(rem);
+                }
+                if rem.total() == 0 {
+                    self.set_reason(StopReason::Done);
+                    return None;
+                }
+                // Only rows in backoff or leased (maybe by us): wait for the earliest, but look
+                // again at least every IDLE_POLL_MS (others may release rows).
+                let due = rem
+                    .next_due_s
+                    .map(|s| Duration::from_secs_f64(s.clamp(0.0, 3600.0)));
+                let wait = due
+                    .unwrap_or(self.cfg().idle_poll())
+                    .min(self.cfg().idle_poll());
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = self.stop.cancelled() => return None,
+                }
+                continue;
+            }
+            let n = batch.rows.len();
+            debug!(claim_id = %batch.claim_id, rows = n, "claimed");
+            self.claimed.fetch_add(n, Ordering::SeqCst);
+            self.w.stats.lock().expect("stats").batches += 1;
+            self.w.stats.lock().expect("stats").claimed += n as u64;
+            self.held.lock().expect("lock").insert(
+                batch.claim_id,
+                batch.rows.iter().map(|r| r.member_id).collect(),
+            );
+            self.queued.fetch_add(n, Ordering::SeqCst);
+            for row in batch.rows {
+                // The dispatcher outlives the claimer, so the channel is open.
+                let _ = tx.send((batch.claim_id, row));
+            }
+            if self.one_batch {
+                return None;
+            }
+        }
+    }
+
+    /// The gate: hands rows, in claim order, to sends — each only with a free send slot, a pacer
+    /// token and a fresh ownership/opt-out check. On stop, releases everything not started.
+    async fn dispatcher(
+        &self,
+        mut rx: mpsc::UnboundedReceiver<(Uuid, ClaimedRow)>,
+        res: mpsc::UnboundedSender<Outcome>,
+    ) {
+        let cfg = self.cfg();
+        let concurrency = cfg.send_concurrency as usize;
+        let slots = Arc::new(Semaphore::new(concurrency));
+        let chunk = concurrency.max(16);
+        let max_age = cfg.optout_recheck();
+        let mut unchecked: VecDeque<(Uuid, ClaimedRow)> = VecDeque::new();
+        let mut cleared: VecDeque<(Uuid, ClaimedRow)> = VecDeque::new();
+        let mut checked_at: Option<Instant> = None;
+        let mut input_open = true;
+
+        loop {
+            while let Ok(x) = rx.try_recv() {
+                unchecked.push_back(x);
+            }
+            if self.stop.is_cancelled() {
+                break;
+            }
+            // Rows that can never be delivered fail here, without a token or a request.
+            let before = unchecked.len();
+            unchecked.retain(|(claim_id, row)| {
+                if plausible_email(row.email.as_deref()) {
+                    return true;
+                }
+                let _ = res.send(Outcome::Row {
+                    claim_id: *claim_id,
+                    member_id: row.member_id,
+                    res: Resolution::Failed {
+                        status: None,
+                        class: ErrorClass::InvalidEmail,
+                    },
+                    requested: false,
+                });
+                false
+            });
+            if unchecked.len() < before {
+                self.left_gate(before - unchecked.len());
+            }
+            if unchecked.is_empty() && cleared.is_empty() {
+                if !input_open {
+                    break;
+                }
+                tokio::select! {
+                    x = rx.recv() => match x {
+                        Some(x) => unchecked.push_back(x),
+                        None => input_open = false,
+                    },
+                    _ = self.stop.cancelled() => {}
+                }
+                continue;
+            }
+            let permit = tokio::select! {
+                p = slots.clone().acquire_owned() => p.expect("semaphore open"),
+                _ = self.stop.cancelled() => continue,
+            };
+            tokio::select! {
+                _ = self.w.limiter.until_ready() => {}
+                _ = self.stop.cancelled() => continue,
+            }
+            let fresh = checked_at.is_some_and(|t| t.elapsed() <= max_age);
+            if !fresh || cleared.is_empty() {
+                // (Re-)check the next chunk; stale cleared rows go back in front, in order.
+                while let Some(x) = cleared.pop_back() {
+                    unchecked.push_front(x);
+                }
+                let take = chunk.min(unchecked.len());
+                let ids: Vec<(i64, Uuid)> = unchecked
+                    .iter()
+                    .take(take)
+                    .map(|(c, r)| (r.member_id, *c))
+                    .collect();
+                // The check's time is when it *starts*: everything committed before it is seen.
+                let started = Instant::now();
+                let holds = match self.w.retrying(|| self.w.store.holds(&ids)).await {
+                    Ok(h) => h,
+                    Err(e) => {
+                        self.fail(e);
+                        continue;
+                    }
+                };
+                checked_at = Some(started);
+                let holds: HashMap<i64, Hold> = holds.into_iter().collect();
+                for (claim_id, row) in unchecked.drain(..take).collect::<Vec<_>>() {
+                    match holds.get(&row.member_id) {
+                        None => cleared.push_back((claim_id, row)),
+                        Some(hold) => {
+                            let o = match hold {
+                                Hold::OptedOut => Outcome::Row {
+                                    claim_id,
+                                    member_id: row.member_id,
+                                    res: Resolution::Released {
+                                        class: ErrorClass::OptedOut,
+                                    },
+                                    requested: false,
+                                },
+                                Hold::Lost => Outcome::Lost {
+                                    claim_id,
+                                    member_id: row.member_id,
+                                },
+                            };
+                            let _ = res.send(o);
+                            self.left_gate(1);
+                        }
+                    }
+                }
+            }
+            let Some((claim_id, row)) = cleared.pop_front() else {
+                continue; // the whole chunk was held back; the token is simply unused
+            };
+            self.left_gate(1);
+            let provider = self.w.provider.clone();
+            let policy = self.w.policy;
+            let res = res.clone();
+            tokio::spawn(async move {
+                let attempt = provider
+                    .send(
+                        row.member_id,
+                        row.attempt,
+                        row.email.as_deref().unwrap_or_default(),
+                    )
+                    .await;
+                let resolution = resolve(
+                    attempt,
+                    row.attempt.max(1) as u32,
+                    &policy,
+                    rand::random::<f64>(),
+                );
+                let _ = res.send(Outcome::Row {
+                    claim_id,
+                    member_id: row.member_id,
+                    res: resolution,
+                    requested: true,
+                });
+                drop(permit);
+            });
+        }
+
+        // Stopping (or all input handed out): release whatever was not started, including rows
+        // the claimer still pushes until it sees the stop.
+        let mut release = |(claim_id, row): (Uuid, ClaimedRow)| {
+            let _ = res.send(Outcome::Row {
+                claim_id,
+                member_id: row.member_id,
+                res: Resolution::Released {
+                    class: ErrorClass::Released,
+                },
+                requested: false,
+            });
+            self.left_gate(1);
+        };
+        unchecked
+            .drain(..)
+            .chain(cleared.drain(..))
+            .for_each(&mut release);
+        if input_open {
+            while let Some(x) = rx.recv().await {
+                release(x);
+            }
+        }
+        // Wait for every in-flight send (each holds a slot); they end within the request timeout.
+        let _ = slots.acquire_many(concurrency as u32).await;
+    }
+
+    /// Writes results in small fenced groups: every FLUSH_MAX_ROWS, or FLUSH_INTERVAL_MS after
+    /// the oldest unwritten one arrived, and at the end.
+    async fn flusher(&self, mut rx: mpsc::UnboundedReceiver<Outcome>) {
+        let max_rows = self.cfg().flush_max_rows as usize;
+        let interval = self.cfg().flush_interval();
+        let mut pending: HashMap<Uuid, Vec<(i64, Resolution)>> = HashMap::new();
+        let mut n_pending = 0usize;
+        let mut oldest: Option<Instant> = None;
+        let mut last_failure_check: Option<Instant> = None;
+        let mut failures_seen = 0u64;
+        loop {
+            let flush_at = oldest.map(|t| t + interval);
+            let closed = tokio::select! {
+                o = rx.recv() => match o {
+                    Some(Outcome::Row { claim_id, member_id, res, requested }) => {
+                        {
+                            let mut s = self.w.stats.lock().expect("stats");
+                            s.requests += requested as u64;
+                            s.count(&res);
+                        }
+                        pending.entry(claim_id).or_default().push((member_id, res));
+                        n_pending += 1;
+                        oldest.get_or_insert_with(Instant::now);
+                        false
+                    }
+                    Some(Outcome::Lost { claim_id, member_id }) => {
+                        self.w.stats.lock().expect("stats").stale_writes += 1;
+                        self.forget(claim_id, &[member_id]);
+                        false
+                    }
+                    None => true,
+                },
+                _ = async { tokio::time::sleep_until(flush_at.expect("guarded")).await }, if flush_at.is_some() => false,
+            };
+            let due = flush_at.is_some_and(|t| Instant::now() >= t);
+            if closed || due || n_pending >= max_rows {
+                self.flush(std::mem::take(&mut pending)).await;
+                n_pending = 0;
+                oldest = None;
+                // The failure threshold, checked at most once a second when failures grew.
+                let failed_here = self.w.stats().failed;
+                if !self.one_batch
+                    && failed_here > failures_seen
+                    && last_failure_check.is_none_or(|t| t.elapsed() >= Duration::from_secs(1))
+                {
+                    failures_seen = failed_here;
+                    last_failure_check = Some(Instant::now());
+                    if let Ok(failed) = self.w.store.failed_count().await {
+                        if failed > self.failure_budget {
+                            warn!(
+                                failed,
+                                budget = self.failure_budget,
+                                "permanent failures over the threshold; stopping"
+                            );
+                            self.set_reason(StopReason::TooManyFailures);
+                            self.stop.cancel();
+                        }
+                    }
+                }
+            }
+            if closed {
+                return;
+            }
+        }
+    }
+
+    fn forget(&self, claim_id: Uuid, members: &[i64]) {
+        let mut held = self.held.lock().expect("lock");
+        if let Some(set) = held.get_mut(&claim_id) {
+            for m in members {
+                set.remove(m);
+            }
+            if set.is_empty() {
+                held.remove(&claim_id);
+            }
+        }
+    }
+
+    async fn flush(&self, pending: HashMap<Uuid, Vec<(i64, Resolution)>>) {
+        for (claim_id, results) in pending {
+            let written = self.finish_with_retry(claim_id, &results).await;
+            let ids: Vec<i64> = results.iter().map(|(m, _)| *m).collect();
+            // Written or not, these rows are no longer extended: if the write failed they come
+            // back after their lease and are re-sent under the same idempotency key.
+            self.forget(claim_id, &ids);
+            let mut s = self.w.stats.lock().expect("stats");
+            match written {
+                Some(w) => s.stale_writes += results.len() as u64 - w,
+                None => s.finish_errors += 1,
+            }
+        }
+    }
+
+    /// The fenced write, retried briefly on a database error.
+    async fn finish_with_retry(
+        &self,
+        claim_id: Uuid,
+        results: &[(i64, Resolution)],
+    ) -> Option<u64> {
+        let mut wait = Duration::from_millis(200);
+        for attempt in 1..=5 {
+            match self.w.store.finish(claim_id, results).await {
+                Ok(w) => return Some(w),
+                Err(e) => {
+                    warn!(error = %e, attempt, "writing results failed; retrying");
+                    tokio::time::sleep(wait).await;
+                    wait *= 2;
+                }
+            }
+        }
+        warn!(
+            rows = results.len(),
+            "results not written; the rows return after their lease"
+        );
+        None
+    }
+
+    /// Extends the lease of every row still held, every LEASE_S / 3, until the flusher is done.
+    async fn heartbeat(&self, done: CancellationToken) {
+        let mut tick = tokio::time::interval(self.cfg().heartbeat());
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await; // the first tick is immediate; a fresh claim needs no renewal
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = done.cancelled() => return,
+            }
+            let rows: Vec<(i64, Uuid)> = self
+                .held
+                .lock()
+                .expect("lock")
+                .iter()
+                .flat_map(|(c, set)| set.iter().map(move |m| (*m, *c)))
+                .collect();
+            if rows.is_empty() {
+                continue;
+            }
+            match self.w.store.extend_leases(&rows, self.cfg().lease()).await {
+                Ok(n) => {
+                    let mut s = self.w.stats.lock().expect("stats");
+                    s.leases_renewed += n;
+                    debug!(held = rows.len(), renewed = n, "leases renewed");
+                }
+                Err(e) => {
+                    warn!(error = %e, held = rows.len(), "lease renewal failed; will retry next beat")
                 }
             }
         }

@@ -51,7 +51,6 @@ pub fn config(url: &str) -> RunConfig {
         ("CONNECT_TIMEOUT_MS", "1000"),
         ("READ_TIMEOUT_MS", "2000"),
         ("LEASE_S", "30"),
-        ("BATCH_BUDGET_S", "20"),
         ("MAIL_RATE_PER_S", "5000"),
         ("IDLE_POLL_MS", "50"),
         ("DEADLINE_S", "120"),
