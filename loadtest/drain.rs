@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use campaign_sender::fake_provider::Stats;
+use campaign_sender::fake_provider::{Stats, TimelinePoint};
 use campaign_sender::store::MIGRATOR;
 use clap::Parser;
 use serde_json::json;
@@ -50,9 +50,24 @@ struct Args {
     worker_rate: Option<u32>,
     #[arg(long, default_value_t = 32)]
     send_concurrency: u32,
+    #[arg(long, default_value_t = 200)]
+    batch_size: u32,
+    /// Write the chart (sends per second, per worker and total, with the limit) here.
+    #[arg(long, default_value = "target/drain.svg")]
+    chart: PathBuf,
     /// Longest the run may take before workers are stopped (SIGTERM, then SIGKILL).
     #[arg(long, default_value_t = 900)]
     timeout_s: u64,
+    /// Send a signal to worker 0 this many seconds into the run (with --kill-signal) and measure
+    /// how long until every row that was `sending` at that moment is settled.
+    #[arg(long)]
+    kill_after_s: Option<u64>,
+    /// KILL (a crash: rows return after LEASE_S) or TERM (graceful: released at once).
+    #[arg(long, default_value = "KILL")]
+    kill_signal: String,
+    /// LEASE_S for the workers.
+    #[arg(long, default_value_t = 30)]
+    lease_s: u64,
     /// Keep the run's database afterwards.
     #[arg(long)]
     keep: bool,
@@ -169,6 +184,15 @@ async fn main() -> anyhow::Result<()> {
         .execute(&pool)
         .await?;
 
+    // The database's own ceiling, in this run: W loops of the same claim → fenced-finish
+    // statements the workers use, with no HTTP, over a separate campaign.
+    let ceiling_rows = a.targets.min(100_000);
+    let ceiling = db_ceiling(&db_url, a.workers, ceiling_rows, a.batch_size).await?;
+    eprintln!(
+        "  database ceiling: {ceiling:.0} rows/s (claim + finish of {ceiling_rows} rows, {} loops)",
+        a.workers
+    );
+
     let provider = start_provider(&a)?;
     let http = reqwest::Client::new();
     let stats = |http: reqwest::Client, base: String| async move {
@@ -202,6 +226,8 @@ async fn main() -> anyhow::Result<()> {
                 .env("JOB_COMPLETION_INDEX", i.to_string())
                 .env("MAIL_RATE_PER_S", worker_rate.to_string())
                 .env("SEND_CONCURRENCY", a.send_concurrency.to_string())
+                .env("BATCH_SIZE", a.batch_size.to_string())
+                .env("LEASE_S", a.lease_s.to_string())
                 .env("DEADLINE_S", a.timeout_s.to_string())
                 .env("BACKOFF_BASE_MS", "500")
                 .env("LOG_FORMAT", "json")
@@ -220,7 +246,44 @@ async fn main() -> anyhow::Result<()> {
     let mut rss = vec![0u64; workers.len()];
     let mut codes: Vec<Option<i32>> = vec![None; workers.len()];
     let hard_stop = started + Duration::from_secs(a.timeout_s + 30);
+    // The kill experiment: (when, rows `sending` at that moment, when they were all settled).
+    let mut killed: Option<(Instant, Vec<i64>)> = None;
+    let mut recovery_s: Option<f64> = None;
     while codes.iter().any(Option::is_none) {
+        if let (Some(after), None) = (a.kill_after_s, &killed) {
+            if started.elapsed() >= Duration::from_secs(after) && codes[0].is_none() {
+                let pid = workers[0].id().to_string();
+                Command::new("kill")
+                    .args([format!("-{}", a.kill_signal), pid])
+                    .status()?;
+                let at = Instant::now();
+                let held: Vec<i64> = sqlx::query_scalar(
+                    "SELECT member_id FROM campaign_targets WHERE campaign_id = $1 AND state = 'sending'",
+                )
+                .bind(campaign)
+                .fetch_all(&pool)
+                .await?;
+                eprintln!(
+                    "  t={:.0}s: SIG{} to worker-0; {} rows were sending",
+                    started.elapsed().as_secs_f64(),
+                    a.kill_signal,
+                    held.len()
+                );
+                killed = Some((at, held));
+            }
+        }
+        if let (Some((at, held)), None) = (&killed, recovery_s) {
+            let open: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM campaign_targets WHERE campaign_id = $1 AND member_id = ANY($2) AND state NOT IN ('sent', 'failed')",
+            )
+            .bind(campaign)
+            .bind(held)
+            .fetch_one(&pool)
+            .await?;
+            if open == 0 {
+                recovery_s = Some(at.elapsed().as_secs_f64());
+            }
+        }
         for (i, w) in workers.iter_mut().enumerate() {
             if codes[i].is_none() {
                 if let Some(k) = peak_rss_kib(w.id()) {
@@ -264,6 +327,13 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     let s = stats(http.clone(), provider.base.clone()).await?;
+    let per_second: Vec<TimelinePoint> = http
+        .get(format!("{}/timeline", provider.base))
+        .send()
+        .await?
+        .json()
+        .await?;
+    chart(&a.chart, &per_second, a.provider_rate, a.workers)?;
     let states: Vec<(String, i64)> =
         sqlx::query_as("SELECT state, count(*) FROM campaign_targets WHERE campaign_id = $1 GROUP BY state ORDER BY 1")
             .bind(campaign)
@@ -302,6 +372,8 @@ async fn main() -> anyhow::Result<()> {
         "worker_rate_per_s": worker_rate,
         "elapsed_s": (elapsed * 10.0).round() / 10.0,
         "delivered_per_s_steady": steady.round(),
+        "db_ceiling_rows_per_s": ceiling.round(),
+        "of_db_ceiling": ((steady / ceiling) * 1000.0).round() / 1000.0,
         "utilisation": if utilisation.is_nan() { serde_json::Value::Null } else { json!((utilisation * 1000.0).round() / 1000.0) },
         "requests": s.requests,
         "delivered": s.delivered,
@@ -312,12 +384,16 @@ async fn main() -> anyhow::Result<()> {
         "final_states": states.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>(),
         "peak_rss_mib": rss.iter().map(|k| (*k as f64 / 1024.0 * 10.0).round() / 10.0).collect::<Vec<_>>(),
         "exit_codes": codes.iter().map(|c| c.unwrap_or(-1)).collect::<Vec<_>>(),
+        "kill": a.kill_after_s.map(|t| json!({"after_s": t, "signal": a.kill_signal, "lease_s": a.lease_s,
+            "rows_sending_at_kill": killed.as_ref().map(|k| k.1.len()),
+            "all_settled_after_s": recovery_s.map(|r| (r * 10.0).round() / 10.0)})),
         "worker_logs": logdir.display().to_string(),
+        "chart": a.chart.display().to_string(),
     });
     println!("{report}");
     eprintln!(
         "\n== drain: {} targets, {} workers, provider {}/s (burst {}), latency {}±{} ms, faults {}\n\
-         elapsed {:.1}s; steady {:.0} delivered/s = {:.1}% of the limit; max accepted in 1 s: {}\n\
+         elapsed {:.1}s; steady {:.0} delivered/s = {:.1}% of the limit, {:.1}% of the database ceiling ({:.0} rows/s); max accepted in 1 s: {}\n\
          requests {}, delivered {}, 429s {}, duplicates suppressed {}, members mailed twice {}\n\
          final states {:?}; exit codes {:?}; peak RSS MiB {:?}\n\
          per-worker reports: {}",
@@ -331,6 +407,8 @@ async fn main() -> anyhow::Result<()> {
         elapsed,
         steady,
         utilisation * 100.0,
+        steady / ceiling * 100.0,
+        ceiling,
         s.max_accepted_in_1s,
         s.requests,
         s.delivered,
@@ -347,8 +425,141 @@ async fn main() -> anyhow::Result<()> {
             .collect::<Vec<_>>()
             .join("; "),
     );
-    if s.members_delivered_more_than_once > 0 || codes.iter().any(|c| !matches!(c, Some(0))) {
+    if let Some(k) = report.get("kill").filter(|k| !k.is_null()) {
+        eprintln!("kill experiment: {k}");
+    }
+    // A worker we killed on purpose is not a failure of the run.
+    let expected =
+        |i: usize, c: &Option<i32>| matches!(c, Some(0)) || (i == 0 && a.kill_after_s.is_some());
+    if s.members_delivered_more_than_once > 0
+        || !codes.iter().enumerate().all(|(i, c)| expected(i, c))
+    {
         std::process::exit(1);
     }
+    Ok(())
+}
+
+/// Drains `rows` rows of a separate campaign with `loops` concurrent claim → finish(sent) loops
+/// using the library's own statements; returns rows per second.
+async fn db_ceiling(db_url: &str, loops: u32, rows: i64, batch: u32) -> anyhow::Result<f64> {
+    use campaign_sender::outcome::Resolution;
+    use campaign_sender::store::Store;
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(loops + 1)
+        .connect(db_url)
+        .await?;
+    sqlx::query(
+        "INSERT INTO campaign_targets (campaign_id, member_id, email)
+         SELECT 'db-ceiling', g, 'member' || g || '@example.com' FROM generate_series(1, $1) g",
+    )
+    .bind(rows)
+    .execute(&pool)
+    .await?;
+    sqlx::query("ANALYZE campaign_targets")
+        .execute(&pool)
+        .await?;
+    let store = Store::new(pool.clone(), "db-ceiling");
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..loops)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                loop {
+                    let b = store.claim(batch, Duration::from_secs(30)).await?;
+                    if b.rows.is_empty() {
+                        return Ok::<_, sqlx::Error>(());
+                    }
+                    let res: Vec<_> = b
+                        .rows
+                        .iter()
+                        .map(|r| (r.member_id, Resolution::Sent { status: 200 }))
+                        .collect();
+                    store.finish(b.claim_id, &res).await?;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await??;
+    }
+    let rate = rows as f64 / started.elapsed().as_secs_f64();
+    sqlx::query("DELETE FROM campaign_targets WHERE campaign_id = 'db-ceiling'")
+        .execute(&pool)
+        .await?;
+    pool.close().await;
+    Ok(rate)
+}
+
+/// An SVG of requests accepted per second, per worker and in total, with the provider limit.
+fn chart(
+    path: &std::path::Path,
+    timeline: &[TimelinePoint],
+    limit: f64,
+    workers: u32,
+) -> anyhow::Result<()> {
+    use plotters::prelude::*;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let last = timeline.iter().map(|p| p.second).max().unwrap_or(0) + 1;
+    let mut total = vec![0u64; last as usize];
+    let mut throttled = vec![0u64; last as usize];
+    let mut per_worker: std::collections::BTreeMap<&str, Vec<u64>> = Default::default();
+    for p in timeline {
+        total[p.second as usize] += p.accepted;
+        throttled[p.second as usize] += p.throttled;
+        per_worker
+            .entry(p.worker.as_str())
+            .or_insert_with(|| vec![0; last as usize])[p.second as usize] += p.accepted;
+    }
+    let top = (*total.iter().max().unwrap_or(&1) as f64).max(limit) * 1.15;
+    let root = SVGBackend::new(path, (1000, 560)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut c = ChartBuilder::on(&root)
+        .caption(
+            format!("requests accepted per second — {workers} workers, provider limit {limit}/s"),
+            ("sans-serif", 20),
+        )
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(56)
+        .build_cartesian_2d(0u64..last, 0f64..top)?;
+    c.configure_mesh()
+        .x_desc("seconds")
+        .y_desc("requests/s")
+        .draw()?;
+    let series = |v: &Vec<u64>| {
+        v.iter()
+            .enumerate()
+            .map(|(i, n)| (i as u64, *n as f64))
+            .collect::<Vec<_>>()
+    };
+    c.draw_series(LineSeries::new(series(&total), BLACK.stroke_width(2)))?
+        .label("total")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(2)));
+    if limit > 0.0 {
+        c.draw_series(LineSeries::new(
+            vec![(0, limit), (last, limit)],
+            RED.stroke_width(1),
+        ))?
+        .label("provider limit")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
+    }
+    if throttled.iter().any(|n| *n > 0) {
+        c.draw_series(LineSeries::new(series(&throttled), MAGENTA))?
+            .label("429s")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], MAGENTA));
+    }
+    for (i, (name, v)) in per_worker.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        c.draw_series(LineSeries::new(series(v), color))?
+            .label(name.to_string())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+    }
+    c.configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
+    root.present()?;
     Ok(())
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Breaks the safety-critical code on purpose, one mutation at a time, and shows which tests
+# Breaks the safety-critical code (SQL and the code around it) on purpose, one mutation at a time, and shows which tests
 # notice. Every mutation must turn at least one test red; the script fails otherwise.
 # Needs DATABASE_URL like scripts/test.sh (starts a throwaway PostgreSQL when unset).
 # The working tree is restored after each mutation (and on exit, whatever happens).
@@ -14,10 +14,9 @@ else
   pgdir=""
 fi
 backup=$(mktemp -d)
-cp src/store.rs src/provider.rs "$backup/"
+cp -r src "$backup/"
 cleanup() {
-  cp "$backup/store.rs" src/store.rs
-  cp "$backup/provider.rs" src/provider.rs
+  rm -rf src && cp -r "$backup/src" src
   rm -rf "$backup"
   [ -n "$pgdir" ] && scripts/pg.sh stop "$pgdir"
   true
@@ -30,6 +29,10 @@ mutations=(
   "finish without the claim_id fence|src/store.rs|AND t.claim_id = \$2|AND \$2::uuid IS NOT NULL"
   "claim ignores opted_out_at|src/store.rs|AND opted_out_at IS NULL
                    AND state IN ('pending', 'sending')|AND state IN ('pending', 'sending')"
+  "no lease heartbeat|src/worker.rs|match self.w.store.extend_leases(&rows, self.cfg().lease()).await {|match self.w.store.extend_leases(&rows[..0], self.cfg().lease()).await {"
+  "no release of unsent rows on stop|src/worker.rs|.chain(cleared.drain(..))
+            .for_each(&mut release);|.chain(cleared.drain(..))
+            .for_each(drop);"
   "attempt number in the Idempotency-Key|src/provider.rs|idempotency_key(&self.campaign_id, member_id)|format!(\"{}:{attempt}\", idempotency_key(&self.campaign_id, member_id))"
 )
 
@@ -49,12 +52,12 @@ open(path, "w").write(src.replace(old, new))
 PY
   out=$(cargo test --locked --test it -q 2>&1 || true)
   if grep -q "could not compile" <<<"$out"; then
-    cp "$backup/$(basename "$file")" "$file"
+    cp "$backup/$file" "$file"
     echo "mutation '$name' does not compile; fix scripts/mutants-sql.sh" >&2
     exit 1
   fi
   red=$(sed -n 's/^test \(.*\) \.\.\. FAILED$/\1/p; s/^    \([a-z_0-9]*::[a-z_0-9:]*\)$/\1/p' <<<"$out" | sort -u | tr '\n' ' ')
-  cp "$backup/$(basename "$file")" "$file"
+  cp "$backup/$file" "$file"
   if [ -z "$red" ]; then
     printf '%-40s %s\n' "$name" "NONE — the mutant survived"
     survived=$((survived + 1))

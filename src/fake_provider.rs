@@ -10,6 +10,8 @@
 //! - `GET /stats` (JSON): requests, delivered, duplicates suppressed, 429s, members delivered
 //!   more than once (under different keys: what a broken idempotency key would cause), the most
 //!   requests accepted in any 1-second window, the most requests in flight.
+//! - `GET /timeline`: requests per second since start, by worker (the part of `User-Agent` in
+//!   parentheses) and by answer (`accepted`, `throttled`), for charts.
 //! - `GET /deliveries`: every delivered member with its first delivery time (for checks such as
 //!   "nothing delivered after an opt-out") and the distinct keys it was sent with.
 //!
@@ -89,8 +91,19 @@ pub struct Delivery {
     pub keys: Vec<String>,
 }
 
+/// Requests in one second of the fake's life, from one worker.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TimelinePoint {
+    pub second: u64,
+    pub worker: String,
+    pub accepted: u64,
+    pub throttled: u64,
+}
+
 #[derive(Default)]
 struct Inner {
+    /// (second since start, worker) → (accepted, throttled).
+    timeline: HashMap<(u64, String), (u64, u64)>,
     stats: Stats,
     /// key → when it was delivered.
     delivered_keys: HashMap<String, Instant>,
@@ -105,6 +118,7 @@ struct Inner {
 /// Shared state; tests read statistics from it directly.
 pub struct FakeProvider {
     cfg: FakeConfig,
+    started: Instant,
     inner: Mutex<Inner>,
     in_flight: AtomicU64,
 }
@@ -136,6 +150,7 @@ impl FakeProvider {
     pub fn new(cfg: FakeConfig) -> Arc<Self> {
         Arc::new(Self {
             cfg,
+            started: Instant::now(),
             inner: Mutex::new(Inner::default()),
             in_flight: AtomicU64::new(0),
         })
@@ -149,6 +164,22 @@ impl FakeProvider {
         let inner = self.inner.lock().expect("fake lock");
         let mut v: Vec<Delivery> = inner.by_member.values().cloned().collect();
         v.sort_by_key(|d| (d.template.clone(), d.member_id));
+        v
+    }
+
+    pub fn timeline(&self) -> Vec<TimelinePoint> {
+        let inner = self.inner.lock().expect("fake lock");
+        let mut v: Vec<TimelinePoint> = inner
+            .timeline
+            .iter()
+            .map(|((second, worker), (accepted, throttled))| TimelinePoint {
+                second: *second,
+                worker: worker.clone(),
+                accepted: *accepted,
+                throttled: *throttled,
+            })
+            .collect();
+        v.sort_by(|a, b| (a.second, &a.worker).cmp(&(b.second, &b.worker)));
         v
     }
 
@@ -220,9 +251,22 @@ impl FakeProvider {
             return (StatusCode::UNPROCESSABLE_ENTITY, "invalid recipient").into_response();
         }
 
+        let worker = headers
+            .get("user-agent")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|ua| ua.rsplit_once('(').and_then(|(_, w)| w.strip_suffix(')')))
+            .map(|w| w.chars().take(32).collect::<String>())
+            .unwrap_or_else(|| "unknown".to_string());
+        let second = arrived.duration_since(self.started).as_secs();
         let verdict = {
             let mut inner = self.inner.lock().expect("fake lock");
-            self.admit(&mut inner, arrived)
+            let v = self.admit(&mut inner, arrived);
+            let slot = inner.timeline.entry((second, worker)).or_default();
+            match v {
+                Verdict::Accepted => slot.0 += 1,
+                Verdict::Throttled(_) => slot.1 += 1,
+            }
+            v
         };
         if let Verdict::Throttled(wait) = verdict {
             self.inner.lock().expect("fake lock").stats.throttled_429 += 1;
@@ -311,6 +355,10 @@ async fn stats(State(p): State<Arc<FakeProvider>>) -> Json<Stats> {
     Json(p.stats())
 }
 
+async fn timeline(State(p): State<Arc<FakeProvider>>) -> Json<Vec<TimelinePoint>> {
+    Json(p.timeline())
+}
+
 async fn deliveries(State(p): State<Arc<FakeProvider>>) -> Json<Vec<Delivery>> {
     Json(p.deliveries())
 }
@@ -320,6 +368,7 @@ pub fn router(p: Arc<FakeProvider>) -> Router {
         .route("/v1/send", post(send))
         .route("/stats", get(stats))
         .route("/deliveries", get(deliveries))
+        .route("/timeline", get(timeline))
         .route("/healthz", get(|| async { "ok" }))
         .with_state(p)
 }

@@ -48,7 +48,13 @@ impl Provider {
             .redirect(reqwest::redirect::Policy::none())
             .pool_max_idle_per_host(cfg.send_concurrency as usize)
             .tcp_nodelay(true)
-            .user_agent(concat!("campaign-sender/", env!("CARGO_PKG_VERSION")))
+            // The worker's name (never personal data) lets the provider side, and our fake,
+            // tell pods apart.
+            .user_agent(format!(
+                "campaign-sender/{} ({})",
+                env!("CARGO_PKG_VERSION"),
+                cfg.worker_name()
+            ))
             .build()?;
         Ok(Self {
             client,

@@ -216,3 +216,158 @@ async fn opt_outs_committed_mid_run_are_never_mailed_after_they_commit(pool: PgP
         "the run finished before any opt-out mattered; the test proves nothing"
     );
 }
+
+fn sigterm(child: &tokio::process::Child) {
+    let pid = child.id().expect("running").to_string();
+    let ok = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -TERM {pid}");
+}
+
+async fn count(pool: &PgPool, sql: &str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn sends_inside_a_batch_overlap(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 300).await;
+    let p = provider(FakeConfig {
+        latency_mean_ms: 50,
+        ..Default::default()
+    })
+    .await;
+    let mut cfg = config(&p.url);
+    cfg.send_concurrency = 16;
+    let report = worker(&pool, cfg).run(Default::default()).await.unwrap();
+    assert_eq!(report.exit_code, 0);
+    let s = p.fake.stats();
+    assert!(s.max_in_flight >= 8, "requests did not overlap: {s:?}");
+    assert!(
+        s.max_in_flight <= 16,
+        "more in flight than SEND_CONCURRENCY: {s:?}"
+    );
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn sigterm_releases_unsent_rows_at_once_and_others_finish_them_without_waiting(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 2000).await;
+    let p = provider(FakeConfig {
+        latency_mean_ms: 20,
+        ..Default::default()
+    })
+    .await;
+    let db = database_url(&pool).await;
+    // A 30 s lease: if SIGTERM left rows leased, the second worker would have to wait it out.
+    let slow = env(
+        &p.url,
+        &[
+            ("LEASE_S", "30"),
+            ("MAIL_RATE_PER_S", "200"),
+            ("WORKER_ID", "leaving"),
+        ],
+    );
+    let leaving = spawn_sender(&["run"], &db, &slow);
+    let t0 = std::time::Instant::now();
+    while p.fake.stats().delivered < 300 {
+        assert!(t0.elapsed() < Duration::from_secs(30), "no progress");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    sigterm(&leaving);
+    let (code, out, err) = finish(leaving, Duration::from_secs(10)).await;
+    assert_eq!(code, 1, "SIGTERM is 'stopped before done': {err}");
+    let report: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert!(
+        report["stats"]["released"].as_u64().unwrap() > 0,
+        "{report}"
+    );
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM campaign_targets WHERE state = 'sending'"
+        )
+        .await,
+        0
+    );
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM campaign_targets WHERE state = 'pending' AND attempts <> 0"
+        )
+        .await,
+        0,
+        "a released row kept its attempt"
+    );
+
+    let t1 = std::time::Instant::now();
+    let fast = env(&p.url, &[("LEASE_S", "30"), ("WORKER_ID", "staying")]);
+    let (code, _, err) = finish(spawn_sender(&["run"], &db, &fast), Duration::from_secs(60)).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        t1.elapsed() < Duration::from_secs(15),
+        "waited for leases: {:?}",
+        t1.elapsed()
+    );
+    assert_all_settled(&pool, 2000).await;
+    assert_eq!(p.fake.stats().members_delivered_more_than_once, 0);
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_live_workers_leases_are_kept_alive_past_their_initial_length(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 300).await;
+    let p = provider(FakeConfig::default()).await;
+    let db = database_url(&pool).await;
+    // 40/s: the first batch of 200 takes ~5 s, longer than the 3 s lease.
+    let slow = env(
+        &p.url,
+        &[
+            ("LEASE_S", "3"),
+            ("MAIL_RATE_PER_S", "40"),
+            ("WORKER_ID", "slow"),
+        ],
+    );
+    let slow = spawn_sender(&["run"], &db, &slow);
+    tokio::time::sleep(Duration::from_millis(4000)).await;
+    let overdue = count(
+        &pool,
+        "SELECT count(*) FROM campaign_targets WHERE state = 'sending' AND lease_until < now()",
+    )
+    .await;
+    assert_eq!(overdue, 0, "a live worker's lease ran out");
+    let held = count(
+        &pool,
+        "SELECT count(*) FROM campaign_targets WHERE state = 'sending'",
+    )
+    .await;
+    assert!(held > 0, "the slow worker should still hold rows at 4 s");
+    // A fast worker joins; it must not take the slow one's (live) rows.
+    let fast = spawn_sender(
+        &["run"],
+        &db,
+        &env(&p.url, &[("LEASE_S", "3"), ("WORKER_ID", "fast")]),
+    );
+    let (rs, rf) = tokio::join!(
+        finish(slow, Duration::from_secs(60)),
+        finish(fast, Duration::from_secs(60))
+    );
+    assert_eq!((rs.0, rf.0), (0, 0), "{}\n{}", rs.2, rf.2);
+    let s = p.fake.stats();
+    assert_eq!(
+        (s.duplicates_suppressed, s.members_delivered_more_than_once),
+        (0, 0),
+        "{s:?}"
+    );
+    let report: serde_json::Value = serde_json::from_str(rs.1.lines().last().unwrap()).unwrap();
+    assert!(
+        report["stats"]["leases_renewed"].as_u64().unwrap() > 0,
+        "{report}"
+    );
+    assert_eq!(
+        report["stats"]["stale_writes"].as_u64().unwrap(),
+        0,
+        "{report}"
+    );
+    assert_all_settled(&pool, 300).await;
+}
