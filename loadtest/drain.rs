@@ -4,7 +4,7 @@
 //! database, migrates it, generates N targets, starts `fake-provider` with the chosen rate
 //! limit / burst / latency / faults on 127.0.0.1, starts W `campaign-sender run` processes (each
 //! with `JOB_COMPLETION_INDEX=i`, as an Indexed Job gives them), samples progress every second,
-//! waits for them (bounded), and prints one JSON line and a human summary: elapsed, delivered/s
+//! waits for them (bounded; progress sampled every 250 ms), and prints one JSON line and a human summary: elapsed, delivered/s
 //! over the steady part, utilisation against the provider limit, 429s, duplicate requests,
 //! members delivered more than once, final states, peak RSS per worker, exit codes.
 //! Everything is bounded in time and talks only to 127.0.0.1.
@@ -68,6 +68,9 @@ struct Args {
     /// LEASE_S for the workers.
     #[arg(long, default_value_t = 30)]
     lease_s: u64,
+    /// Concurrent claim → finish loops for the database ceiling (default: --workers).
+    #[arg(long)]
+    ceiling_loops: Option<u32>,
     /// Keep the run's database afterwards.
     #[arg(long)]
     keep: bool,
@@ -187,11 +190,9 @@ async fn main() -> anyhow::Result<()> {
     // The database's own ceiling, in this run: W loops of the same claim → fenced-finish
     // statements the workers use, with no HTTP, over a separate campaign.
     let ceiling_rows = a.targets.min(100_000);
-    let ceiling = db_ceiling(&db_url, a.workers, ceiling_rows, a.batch_size).await?;
-    eprintln!(
-        "  database ceiling: {ceiling:.0} rows/s (claim + finish of {ceiling_rows} rows, {} loops)",
-        a.workers
-    );
+    let loops = a.ceiling_loops.unwrap_or(a.workers);
+    let ceiling = db_ceiling(&db_url, loops, ceiling_rows, a.batch_size).await?;
+    eprintln!("  database ceiling: {ceiling:.0} rows/s (claim + finish of {ceiling_rows} rows, {loops} loops)");
 
     let provider = start_provider(&a)?;
     let http = reqwest::Client::new();
@@ -241,7 +242,7 @@ async fn main() -> anyhow::Result<()> {
         })
         .collect::<anyhow::Result<_>>()?;
 
-    // Sample once a second until every worker exited (bounded by timeout_s + 30 s).
+    // Sample every 250 ms until every worker exited (bounded by timeout_s + 30 s).
     let mut timeline: Vec<(f64, u64)> = Vec::new();
     let mut rss = vec![0u64; workers.len()];
     let mut codes: Vec<Option<i32>> = vec![None; workers.len()];
@@ -296,7 +297,7 @@ async fn main() -> anyhow::Result<()> {
         }
         if let Ok(s) = stats(http.clone(), provider.base.clone()).await {
             timeline.push((started.elapsed().as_secs_f64(), s.delivered));
-            if a.targets >= 10_000 && timeline.len() % 10 == 0 {
+            if a.targets >= 10_000 && timeline.len() % 40 == 0 {
                 eprintln!(
                     "  t={:>4.0}s delivered {:>8}",
                     started.elapsed().as_secs_f64(),
@@ -310,7 +311,7 @@ async fn main() -> anyhow::Result<()> {
                 let _ = w.kill();
             }
         }
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let elapsed = started.elapsed().as_secs_f64();
     let mut reports = Vec::new();
@@ -455,7 +456,7 @@ async fn db_ceiling(db_url: &str, loops: u32, rows: i64, batch: u32) -> anyhow::
     .bind(rows)
     .execute(&pool)
     .await?;
-    sqlx::query("ANALYZE campaign_targets")
+    sqlx::query("VACUUM ANALYZE campaign_targets")
         .execute(&pool)
         .await?;
     let store = Store::new(pool.clone(), "db-ceiling");

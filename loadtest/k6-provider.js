@@ -14,7 +14,7 @@ const MODE = __ENV.MODE || 'ceiling';
 const BASE = __ENV.BASE || 'http://127.0.0.1:8080';
 const DURATION = __ENV.DURATION || '10s';
 const defaults = { 'ceiling': 2000, 'at-limit': 480, 'above-limit': 1000 };
-const RATE = parseInt(__ENV.RATE || defaults[MODE], 10);
+const RATE = parseInt(__ENV.RATE || String(defaults[MODE]), 10);
 
 const throttled = new Rate('throttled');
 const retryAfterPresent = new Rate('retry_after_present');

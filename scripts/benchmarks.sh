@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Every drain figure in docs/BENCHMARKS.md, in one go (about 8 minutes on 2 cores), on one
+# throwaway PostgreSQL. Each run prints its JSON line to target/benchmarks.jsonl, its summary to
+# stderr, and its chart to target/bench-<name>.svg. Everything on 127.0.0.1, every run bounded.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh >/dev/null
+cargo build --locked --release --bins
+dir=$(mktemp -d)
+trap 'scripts/pg.sh stop "$dir"' EXIT
+DATABASE_URL=$(scripts/pg.sh start "$dir")
+export DATABASE_URL
+out=target/benchmarks.jsonl
+: >"$out"
+run() {
+  local name=$1; shift
+  echo "== $name: drain $*" >&2
+  # A killed worker is expected in the kill runs; drain's own exit code says if anything else failed.
+  target/release/drain --chart "target/bench-$name.svg" "$@" | sed "s/^{/{\"name\":\"$name\",/" >>"$out"
+}
+run limit-4w        --targets 30000 --workers 4 --faults none --worker-rate 125
+run limit-4w-faults --targets 30000 --workers 4 --faults standard --worker-rate 125
+run unlimited-4w    --targets 100000 --workers 4 --provider-rate 0 --latency-ms 0 --jitter-ms 0 --faults none
+run rss-10k         --targets 10000 --workers 4 --provider-rate 0 --latency-ms 0 --jitter-ms 0 --faults none
+run rss-1.2m        --targets 1200000 --workers 4 --provider-rate 0 --latency-ms 0 --jitter-ms 0 --faults none --timeout-s 600
+run sigkill         --targets 30000 --workers 4 --faults none --worker-rate 125 --kill-after-s 15 --kill-signal KILL
+run sigterm         --targets 30000 --workers 4 --faults none --worker-rate 125 --kill-after-s 15 --kill-signal TERM
+echo "results: $out" >&2
