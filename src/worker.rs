@@ -697,3 +697,50 @@ impl<'a> Pipeline<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use governor::clock::FakeRelativeClock;
+
+    /// Offers a token request every millisecond for 5 s of fake time; returns admission times (ms).
+    fn admitted(rate: u32) -> Vec<u64> {
+        let clock = FakeRelativeClock::default();
+        let limiter = RateLimiter::direct_with_clock(
+            pacer_quota(NonZeroU32::new(rate).unwrap()),
+            clock.clone(),
+        );
+        let mut at = Vec::new();
+        for ms in 0..5000u64 {
+            // A greedy sender: as many as are allowed in this millisecond.
+            while limiter.check().is_ok() {
+                at.push(ms);
+            }
+            clock.advance(Duration::from_millis(1));
+        }
+        at
+    }
+
+    #[test]
+    fn the_pacer_never_lets_a_one_second_window_exceed_rate_plus_ten_ms_of_burst() {
+        for rate in [1u32, 7, 125, 500, 2000] {
+            let at = admitted(rate);
+            let burst = rate.div_ceil(100).max(1) as usize;
+            let mut worst = 0;
+            for (i, t) in at.iter().enumerate() {
+                let in_window = at[i..].iter().take_while(|u| **u < t + 1000).count();
+                worst = worst.max(in_window);
+            }
+            assert!(
+                worst <= rate as usize + burst,
+                "rate {rate}: {worst} in one second"
+            );
+            // And it does give the rate: a greedy sender gets (rate × 5 s) + burst.
+            let total = at.len();
+            assert!(
+                total >= rate as usize * 5 && total <= rate as usize * 5 + burst,
+                "rate {rate}: {total} in 5 s"
+            );
+        }
+    }
+}
