@@ -4,12 +4,11 @@
 # stderr, and its chart to target/bench-<name>.svg. Everything on 127.0.0.1, every run bounded.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh >/dev/null
-cargo build --locked --release --bins
-dir=$(mktemp -d)
-trap 'scripts/pg.sh stop "$dir"' EXIT
-DATABASE_URL=$(scripts/pg.sh start "$dir")
-export DATABASE_URL
+if [ -z "${DATABASE_URL:-}" ]; then
+  scripts/setup.sh >/dev/null
+  cargo build --locked --release --bins
+  exec scripts/with-pg.sh scripts/benchmarks.sh "$@"
+fi
 out=target/benchmarks.jsonl
 : >"$out"
 run() {

@@ -9,8 +9,4 @@ cd "$(dirname "$0")/.."
 
 scripts/setup.sh >/dev/null
 cargo build --locked --release --bins
-dir=$(mktemp -d)
-trap 'scripts/pg.sh stop "$dir"' EXIT
-DATABASE_URL=$(scripts/pg.sh start "$dir")
-export DATABASE_URL
-target/release/drain "$@"
+exec scripts/with-pg.sh target/release/drain "$@"

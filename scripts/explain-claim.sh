@@ -4,9 +4,8 @@
 # index, i.e. stays O(batch) however many rows are done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-dir=$(mktemp -d)
-trap 'scripts/pg.sh stop "$dir"' EXIT
-url=$(scripts/pg.sh start "$dir")
+[ -n "${DATABASE_URL:-}" ] || exec scripts/with-pg.sh scripts/explain-claim.sh "$@"
+url=$DATABASE_URL
 for f in migrations/*.sql; do psql -q "$url" -f "$f"; done
 psql -q "$url" -c "INSERT INTO campaign_targets (campaign_id, member_id, email, state)
   SELECT 'c', g, 'm' || g || '@example.com', CASE WHEN g <= 1100000 THEN 'sent' ELSE 'pending' END

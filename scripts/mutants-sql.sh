@@ -6,20 +6,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [ -z "${DATABASE_URL:-}" ]; then
-  pgdir=$(mktemp -d)
-  DATABASE_URL=$(scripts/pg.sh start "$pgdir")
-  export DATABASE_URL
-else
-  pgdir=""
-fi
+[ -n "${DATABASE_URL:-}" ] || exec scripts/with-pg.sh scripts/mutants-sql.sh "$@"
 backup=$(mktemp -d)
 cp -r src "$backup/"
 cleanup() {
   rm -rf src && cp -r "$backup/src" src
   rm -rf "$backup"
-  [ -n "$pgdir" ] && scripts/pg.sh stop "$pgdir"
-  true
 }
 trap cleanup EXIT
 

@@ -6,10 +6,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [ -z "${DATABASE_URL:-}" ]; then
-  dir=$(mktemp -d)
-  trap 'scripts/pg.sh stop "$dir"' EXIT
-  DATABASE_URL=$(scripts/pg.sh start "$dir")
-  export DATABASE_URL
-fi
+[ -n "${DATABASE_URL:-}" ] || exec scripts/with-pg.sh scripts/test.sh "$@"
 cargo test --locked "$@"
