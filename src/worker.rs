@@ -361,8 +361,11 @@ impl<'a> Pipeline<'a> {
             let n = batch.rows.len();
             debug!(claim_id = %batch.claim_id, rows = n, "claimed");
             self.claimed.fetch_add(n, Ordering::SeqCst);
-            self.w.stats.lock().expect("stats").batches += 1;
-            self.w.stats.lock().expect("stats").claimed += n as u64;
+            {
+                let mut stats = self.w.stats.lock().expect("stats");
+                stats.batches += 1;
+                stats.claimed += n as u64;
+            }
             self.held.lock().expect("lock").insert(
                 batch.claim_id,
                 batch.rows.iter().map(|r| r.member_id).collect(),
@@ -397,30 +400,10 @@ impl<'a> Pipeline<'a> {
 
         loop {
             while let Ok(x) = rx.try_recv() {
-                unchecked.push_back(x);
+                self.intake(x, &mut unchecked, &res);
             }
             if self.stop.is_cancelled() {
                 break;
-            }
-            // Rows that can never be delivered fail here, without a token or a request.
-            let before = unchecked.len();
-            unchecked.retain(|(claim_id, row)| {
-                if plausible_email(row.email.as_deref()) {
-                    return true;
-                }
-                let _ = res.send(Outcome::Row {
-                    claim_id: *claim_id,
-                    member_id: row.member_id,
-                    res: Resolution::Failed {
-                        status: None,
-                        class: ErrorClass::InvalidEmail,
-                    },
-                    requested: false,
-                });
-                false
-            });
-            if unchecked.len() < before {
-                self.left_gate(before - unchecked.len());
             }
             if unchecked.is_empty() && cleared.is_empty() {
                 if !input_open {
@@ -428,7 +411,7 @@ impl<'a> Pipeline<'a> {
                 }
                 tokio::select! {
                     x = rx.recv() => match x {
-                        Some(x) => unchecked.push_back(x),
+                        Some(x) => self.intake(x, &mut unchecked, &res),
                         None => input_open = false,
                     },
                     _ = self.stop.cancelled() => {}
@@ -545,6 +528,30 @@ impl<'a> Pipeline<'a> {
         }
         // Wait for every in-flight send (each holds a slot); they end within the request timeout.
         let _ = slots.acquire_many(concurrency as u32).await;
+    }
+
+    /// A claimed row enters the gate's queue, unless it can never be delivered: an implausible
+    /// address fails here, once per row, without a token or a request.
+    fn intake(
+        &self,
+        (claim_id, row): (Uuid, ClaimedRow),
+        unchecked: &mut VecDeque<(Uuid, ClaimedRow)>,
+        res: &mpsc::UnboundedSender<Outcome>,
+    ) {
+        if plausible_email(row.email.as_deref()) {
+            unchecked.push_back((claim_id, row));
+            return;
+        }
+        let _ = res.send(Outcome::Row {
+            claim_id,
+            member_id: row.member_id,
+            res: Resolution::Failed {
+                status: None,
+                class: ErrorClass::InvalidEmail,
+            },
+            requested: false,
+        });
+        self.left_gate(1);
     }
 
     /// Writes results in small fenced groups: every FLUSH_MAX_ROWS, or FLUSH_INTERVAL_MS after

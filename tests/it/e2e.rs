@@ -241,7 +241,7 @@ async fn sends_inside_a_batch_overlap(pool: PgPool) {
     .await;
     let mut cfg = config(&p.url);
     cfg.send_concurrency = 16;
-    let report = worker(&pool, cfg).run(Default::default()).await.unwrap();
+    let report = run_to_end(&pool, cfg).await;
     assert_eq!(report.exit_code, 0);
     let s = p.fake.stats();
     assert!(s.max_in_flight >= 8, "requests did not overlap: {s:?}");

@@ -17,10 +17,7 @@ async fn permanent_failures_over_one_percent_give_exit_code_2(pool: PgPool) {
         .await
         .unwrap();
     let p = provider(FakeConfig::default()).await;
-    let report = worker(&pool, config(&p.url))
-        .run(Default::default())
-        .await
-        .unwrap();
+    let report = run_to_end(&pool, config(&p.url)).await;
     assert_eq!(report.exit_code, exit::TOO_MANY_FAILURES, "{report:?}");
     assert_eq!(report.stats.invalid_email, 2);
     assert_eq!(
@@ -42,10 +39,7 @@ async fn permanent_failures_within_one_percent_still_exit_0(pool: PgPool) {
         ..Default::default()
     })
     .await;
-    let report = worker(&pool, config(&p.url))
-        .run(Default::default())
-        .await
-        .unwrap();
+    let report = run_to_end(&pool, config(&p.url)).await;
     assert_eq!(report.exit_code, exit::DONE, "{report:?}");
     assert_eq!((report.campaign.failed, report.campaign.sent), (2, 1998));
     assert_eq!(state_of(&pool, 997).await.2, Some(422));
@@ -61,7 +55,7 @@ async fn too_many_failures_stop_the_run_early(pool: PgPool) {
     .await;
     let mut cfg = config(&p.url);
     cfg.max_attempts = 1;
-    let report = worker(&pool, cfg).run(Default::default()).await.unwrap();
+    let report = run_to_end(&pool, cfg).await;
     assert_eq!(report.exit_code, exit::TOO_MANY_FAILURES);
     // Stopped after the first batch that crossed 1 % (50 rows), not after all 5000.
     assert!(report.stats.requests <= 400, "{:?}", report.stats);

@@ -67,6 +67,11 @@ pub fn worker(pool: &PgPool, cfg: RunConfig) -> Worker {
     Worker::new(cfg, store, Duration::from_secs(10)).unwrap()
 }
 
+/// A whole in-process run with no signal: until done, the deadline or too many failures.
+pub async fn run_to_end(pool: &PgPool, cfg: RunConfig) -> campaign_sender::report::RunReport {
+    worker(pool, cfg).run(Default::default()).await.unwrap()
+}
+
 pub fn store(pool: &PgPool) -> Store {
     Store::new(pool.clone(), CAMPAIGN)
 }

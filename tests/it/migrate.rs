@@ -28,10 +28,7 @@ async fn a_legacy_table_with_sent_at_rows_migrates_and_those_rows_are_never_sent
     let st = states(&pool).await;
     assert_eq!((st.get("sent"), st.get("pending")), (Some(&60), Some(&40)));
     let p = provider(FakeConfig::default()).await;
-    let report = worker(&pool, config(&p.url))
-        .run(Default::default())
-        .await
-        .unwrap();
+    let report = run_to_end(&pool, config(&p.url)).await;
     assert_eq!(report.exit_code, 0);
     let delivered: HashSet<i64> = p.fake.deliveries().iter().map(|d| d.member_id).collect();
     assert_eq!(delivered, (61..=100).collect());

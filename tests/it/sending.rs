@@ -132,10 +132,7 @@ async fn the_idempotency_key_is_the_same_on_every_attempt(pool: PgPool) {
         ..Default::default()
     })
     .await;
-    let report = worker(&pool, config(&p.url))
-        .run(Default::default())
-        .await
-        .unwrap();
+    let report = run_to_end(&pool, config(&p.url)).await;
     assert_eq!(report.exit_code, 0);
     let stats = p.fake.stats();
     assert_eq!(
