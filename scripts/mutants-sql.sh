@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Breaks the safety-critical code (SQL and the code around it) on purpose, one mutation at a time, and shows which tests
+# Breaks the safety-critical code (SQL, rate sharing and the code around it) on purpose, one mutation at a time, and shows which tests
 # notice. Every mutation must turn at least one test red; the script fails otherwise.
 # Needs DATABASE_URL like scripts/test.sh (starts a throwaway PostgreSQL when unset).
 # The working tree is restored after each mutation (and on exit, whatever happens).
@@ -26,6 +26,14 @@ mutations=(
             .for_each(&mut release);|.chain(cleared.drain(..))
             .for_each(drop);"
   "attempt number in the Idempotency-Key|src/provider.rs|idempotency_key(&self.campaign_id, member_id)|format!(\"{}:{attempt}\", idempotency_key(&self.campaign_id, member_id))"
+  "rate share: no handover second after a change|src/rate_share.rs|if now < self.share_changed_at + window {|if false && now < self.share_changed_at + window {"
+  "rate share: no handover second after expiry|src/rate_share.rs|if now >= self.expires_at + window {|if now >= self.expires_at {"
+  "rate share: every pod takes the whole limit|src/rate_share.rs|effective * report.weight / total_weight|effective"
+  "rate share: raise beyond the free capacity|src/rate_share.rs|fair.min(current.max(free))|fair"
+  "rate share: a 429 pauses only its own pod|src/rate_share.rs|self.pacer.pause_until(Instant::now() + left);|let _ = left;"
+  "rate share: leaving keeps sending|src/rate_share.rs|    async fn leave(&self) {
+        self.pacer.revoke();|    async fn leave(&self) {"
+  "pacer: a lapsed share still sends|src/pacer.rs|(Some(l), Some(v)) if v > now => l.clone(),|(Some(l), Some(_)) => l.clone(),"
 )
 
 survived=0
@@ -42,7 +50,7 @@ if src.count(old) != 1:
     sys.exit(f"mutation {name!r}: pattern found {src.count(old)} times in {path}; update scripts/mutants-sql.sh")
 open(path, "w").write(src.replace(old, new))
 PY
-  out=$(cargo test --locked --test it -q 2>&1 || true)
+  out=$(cargo test --locked --lib --test it -q 2>&1 || true)
   if grep -q "could not compile" <<<"$out"; then
     cp "$backup/$file" "$file"
     echo "mutation '$name' does not compile; fix scripts/mutants-sql.sh" >&2

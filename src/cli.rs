@@ -79,6 +79,14 @@ async fn dispatch(cli: Cli) -> ExitCode {
                 Ok(c) => c,
                 Err(e) => return config_failure(e),
             };
+            if let Some(addr) = cfg.metrics_socket() {
+                if let Err(e) = crate::metrics::install(addr, &cfg.worker_name()) {
+                    eprintln!(
+                        "configuration error: METRICS_ADDR: cannot serve metrics on {addr} ({e})"
+                    );
+                    return ExitCode::from(exit::CONFIG);
+                }
+            }
             let cancel = crate::shutdown::root_token();
             let pool = match store::connect(&db).await {
                 Ok(p) => p,

@@ -133,10 +133,26 @@ pub struct RunConfig {
     /// 500/s limit at 200 ms provider latency needs 100 in flight.
     #[serde(default = "defaults::send_concurrency")]
     pub send_concurrency: u32,
-    /// `MAIL_RATE_PER_S` (default 500): requests per second this process may start, every
-    /// attempt included. Per process until the fleet-wide share lands; see README.
+    /// `MAIL_RATE_PER_S` (default 500): requests per second **all pods together** may start
+    /// under one `RATE_LIMIT_KEY`, every attempt included. Each pod paces at its share of it
+    /// (see [`crate::rate_share`]); if pods disagree, the smallest value among live pods wins.
     #[serde(default = "defaults::mail_rate_per_s")]
     pub mail_rate_per_s: u32,
+    /// `RATE_LIMIT_KEY` (default: the host, and port if given, of `MAIL_URL`): pods sharing
+    /// this key share one limit. Give several campaigns on one provider account the same key.
+    #[serde(default)]
+    pub rate_limit_key: Option<String>,
+    /// `RATE_SYNC_MS` (default 250): how often a pod renews its share and sees the others'.
+    #[serde(default = "defaults::rate_sync_ms")]
+    pub rate_sync_ms: u64,
+    /// `RATE_SHARE_TTL_MS` (default 3000): a share not renewed for this long lapses; the pod
+    /// stops sending by itself, and the others take its capacity one second later.
+    #[serde(default = "defaults::rate_share_ttl_ms")]
+    pub rate_share_ttl_ms: u64,
+    /// `METRICS_ADDR` (default unset: no listener): serve Prometheus `/metrics` here, e.g.
+    /// `0.0.0.0:9090`.
+    #[serde(default)]
+    pub metrics_addr: Option<String>,
     /// `LEASE_S` (default 30): how long a claim is ours without a heartbeat. A heartbeat every
     /// `LEASE_S / 3` keeps the rows of a live worker leased; a killed worker's rows are taken
     /// by others after this.
@@ -213,6 +229,12 @@ mod defaults {
     }
     pub fn lease_s() -> u64 {
         30
+    }
+    pub fn rate_sync_ms() -> u64 {
+        250
+    }
+    pub fn rate_share_ttl_ms() -> u64 {
+        3000
     }
     pub fn flush_max_rows() -> u32 {
         100
@@ -315,6 +337,33 @@ impl RunConfig {
         positive("SEND_CONCURRENCY", self.send_concurrency as u64)?;
         positive("MAIL_RATE_PER_S", self.mail_rate_per_s as u64)?;
         positive("LEASE_S", self.lease_s)?;
+        if let Some(a) = &self.metrics_addr {
+            a.parse::<std::net::SocketAddr>().map_err(|e| {
+                ConfigError::new(
+                    "METRICS_ADDR",
+                    format!("must be host:port, e.g. 0.0.0.0:9090 ({e})"),
+                )
+            })?;
+        }
+        if self.rate_sync_ms < 10 {
+            return Err(ConfigError::new("RATE_SYNC_MS", "must be at least 10"));
+        }
+        if self.rate_share_ttl_ms < 3 * self.rate_sync_ms {
+            return Err(ConfigError::new(
+                "RATE_SHARE_TTL_MS",
+                "must be at least 3 × RATE_SYNC_MS, so one slow round does not stop sending",
+            ));
+        }
+        if self
+            .rate_limit_key
+            .as_ref()
+            .is_some_and(|k| k.trim().is_empty())
+        {
+            return Err(ConfigError::new(
+                "RATE_LIMIT_KEY",
+                "is set but empty; unset it to use the MAIL_URL host",
+            ));
+        }
         positive("FLUSH_MAX_ROWS", self.flush_max_rows as u64)?;
         positive("FLUSH_INTERVAL_MS", self.flush_interval_ms)?;
         positive("MAX_ATTEMPTS", self.max_attempts as u64)?;
@@ -357,6 +406,31 @@ impl RunConfig {
         self.hostname
             .clone()
             .unwrap_or_else(|| "worker".to_string())
+    }
+
+    /// The key pods share one limit under: `RATE_LIMIT_KEY`, else `host[:port]` of `MAIL_URL`.
+    pub fn limit_key(&self) -> String {
+        if let Some(k) = &self.rate_limit_key {
+            return k.clone();
+        }
+        let u = reqwest::Url::parse(&self.mail_url).expect("MAIL_URL validated");
+        let host = u.host_str().unwrap_or_default();
+        match u.port() {
+            Some(p) => format!("{host}:{p}"),
+            None => host.to_string(),
+        }
+    }
+
+    /// `METRICS_ADDR`, parsed (validated at start).
+    pub fn metrics_socket(&self) -> Option<std::net::SocketAddr> {
+        self.metrics_addr.as_ref().and_then(|a| a.parse().ok())
+    }
+
+    pub fn rate_sync(&self) -> Duration {
+        Duration::from_millis(self.rate_sync_ms)
+    }
+    pub fn rate_share_ttl(&self) -> Duration {
+        Duration::from_millis(self.rate_share_ttl_ms)
     }
 
     pub fn lease(&self) -> Duration {
@@ -423,6 +497,10 @@ mod tests {
             ("MAX_PERMANENT_FAILURE_RATIO", "2"),
             ("CAMPAIGN_ID", " "),
             ("READ_TIMEOUT_MS", "x"),
+            ("RATE_SYNC_MS", "5"),
+            ("RATE_SHARE_TTL_MS", "500"),
+            ("RATE_LIMIT_KEY", ""),
+            ("METRICS_ADDR", "nowhere"),
         ];
         for (var, value) in cases {
             let err = RunConfig::from_vars(vars(&[(var, value)])).unwrap_err();
@@ -433,6 +511,17 @@ mod tests {
             .filter(|(k, _)| k != "MAIL_URL")
             .collect();
         assert_eq!(RunConfig::from_vars(missing).unwrap_err().var, "MAIL_URL");
+    }
+
+    #[test]
+    fn the_limit_key_defaults_to_the_provider_host() {
+        let c = RunConfig::from_vars(vars(&[("MAIL_URL", "https://api.mail.example/v1/send")]))
+            .unwrap();
+        assert_eq!(c.limit_key(), "api.mail.example");
+        let c = RunConfig::from_vars(vars(&[])).unwrap();
+        assert_eq!(c.limit_key(), "127.0.0.1:1");
+        let c = RunConfig::from_vars(vars(&[("RATE_LIMIT_KEY", "account-7")])).unwrap();
+        assert_eq!(c.limit_key(), "account-7");
     }
 
     #[test]

@@ -6,6 +6,10 @@
 //! - [`store`]: every SQL statement on `campaign_targets` (claim, re-check, fenced finish,
 //!   counts) with the invariant each keeps; migrations are embedded from `migrations/`.
 //! - [`provider`]: the HTTP client for the provider contract (idempotency key, timeouts).
+//! - [`rate_share`]: one provider limit for the whole fleet: pods register in PostgreSQL and
+//!   each takes a share under a handover rule; AIMD and a fleet-wide pause on 429.
+//! - [`pacer`]: local pacing at this pod's share with governor (share swaps, validity, pauses).
+//! - [`metrics`]: Prometheus metric names and the exporter.
 //! - [`outcome`]: pure decisions: status → attempt → resolution, backoff with jitter.
 //! - [`worker`]: the loop: claim → gate (opt-out re-check + pacing) → concurrent sends →
 //!   fenced finish; one [`worker::Worker::step`] at a time, [`worker::Worker::run`] until done.
@@ -19,8 +23,11 @@
 pub mod cli;
 pub mod config;
 pub mod fake_provider;
+pub mod metrics;
 pub mod outcome;
+pub mod pacer;
 pub mod provider;
+pub mod rate_share;
 pub mod report;
 pub mod shutdown;
 pub mod store;

@@ -116,6 +116,21 @@ pub enum Resolution {
     Released { class: ErrorClass },
 }
 
+impl Resolution {
+    /// The `outcome` label of `campaign_sender_sends_total`.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            Resolution::Sent { .. } => "sent",
+            Resolution::RetryAfter { .. } => "retry",
+            Resolution::Failed { .. } => "failed",
+            Resolution::Released {
+                class: ErrorClass::OptedOut,
+            } => "opted_out",
+            Resolution::Released { .. } => "released",
+        }
+    }
+}
+
 /// Retry timing.
 #[derive(Debug, Clone, Copy)]
 pub struct RetryPolicy {

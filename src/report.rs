@@ -48,13 +48,22 @@ pub struct WorkerStats {
     pub finish_errors: u64,
     /// Row leases extended by the heartbeat.
     pub leases_renewed: u64,
+    /// 429 answers (each paused this pod, then the fleet).
+    pub throttled_429: u64,
+    /// Milliseconds the gate waited for pacer tokens, summed over sends.
+    pub pacer_wait_ms: u64,
 }
 
 impl WorkerStats {
     pub fn count(&mut self, res: &Resolution) {
         match res {
             Resolution::Sent { .. } => self.sent += 1,
-            Resolution::RetryAfter { .. } => self.retried += 1,
+            Resolution::RetryAfter { class, .. } => {
+                self.retried += 1;
+                if *class == ErrorClass::Throttled {
+                    self.throttled_429 += 1;
+                }
+            }
             Resolution::Failed { class, .. } => {
                 self.failed += 1;
                 if *class == ErrorClass::InvalidEmail {
@@ -81,6 +90,8 @@ impl WorkerStats {
         self.stale_writes += o.stale_writes;
         self.finish_errors += o.finish_errors;
         self.leases_renewed += o.leases_renewed;
+        self.throttled_429 += o.throttled_429;
+        self.pacer_wait_ms += o.pacer_wait_ms;
     }
 }
 

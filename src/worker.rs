@@ -11,8 +11,8 @@
 //! - **Pipelined batches**: the next batch is claimed while the current one is still sending, but
 //!   only when the queue of claimed-but-unsent rows is below `low_water` (about half a second of
 //!   work), so a pod never hoards rows another pod could send.
-//! - **Gate**: before any send starts, the pacer (governor) hands out a token — every HTTP
-//!   attempt spends one — and a check at most `OPTOUT_RECHECK_MS` old must have seen the row
+//! - **Gate**: before any send starts, the pacer (governor, at this pod's share of the fleet-wide
+//!   limit: [`crate::rate_share`]) hands out a token — every HTTP attempt spends one — and a check at most `OPTOUT_RECHECK_MS` old must have seen the row
 //!   still ours and not opted out.
 //! - **Results flushed as they come**, in small fenced groups, so a crash re-sends at most what
 //!   was in flight plus one flush interval.
@@ -26,12 +26,10 @@
 //! Memory is flat in campaign size: what is held is bounded by `BATCH_SIZE + low_water` rows.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -39,8 +37,11 @@ use tracing::{debug, info, warn};
 use uuid::Uuid;
 
 use crate::config::RunConfig;
-use crate::outcome::{plausible_email, resolve, ErrorClass, Resolution, RetryPolicy};
+use crate::metrics as m;
+use crate::outcome::{plausible_email, resolve, Attempt, ErrorClass, Resolution, RetryPolicy};
+use crate::pacer::Pacer;
 use crate::provider::Provider;
+use crate::rate_share::{self, Coordinator, Signals};
 use crate::report::{RunReport, StopReason, WorkerStats};
 use crate::store::{ClaimedRow, Hold, Remaining, Store};
 
@@ -64,7 +65,13 @@ pub struct Worker {
     cfg: Arc<RunConfig>,
     store: Store,
     provider: Provider,
-    limiter: Arc<DefaultDirectRateLimiter>,
+    /// This process's share of the fleet-wide limit, kept current by the coordinator.
+    pacer: Pacer,
+    signals: Signals,
+    /// Not started yet (taken by the first run or step).
+    coordinator: Mutex<Option<Coordinator>>,
+    /// The running coordinator: its stop token and task.
+    coordinating: Mutex<Option<(CancellationToken, tokio::task::JoinHandle<()>)>>,
     policy: RetryPolicy,
     name: String,
     outage_limit: Duration,
@@ -107,8 +114,20 @@ impl Worker {
         outage_limit: Duration,
     ) -> Result<Self, reqwest::Error> {
         let provider = Provider::new(&cfg)?;
-        let rate = NonZeroU32::new(cfg.mail_rate_per_s).expect("validated > 0");
-        let limiter = Arc::new(RateLimiter::direct(pacer_quota(rate)));
+        let pacer = Pacer::new();
+        let (coordinator, signals) = Coordinator::new(
+            store.pool().clone(),
+            rate_share::Settings {
+                key: cfg.limit_key(),
+                worker: cfg.worker_name(),
+                campaign_id: cfg.campaign_id.clone(),
+                limit_per_s: cfg.mail_rate_per_s as f64,
+                ttl: cfg.rate_share_ttl(),
+                sync: cfg.rate_sync(),
+                retry_after_cap: Duration::from_secs(cfg.retry_after_max_s),
+            },
+            pacer.clone(),
+        );
         let policy = RetryPolicy {
             max_attempts: cfg.max_attempts,
             base: Duration::from_millis(cfg.backoff_base_ms),
@@ -120,7 +139,10 @@ impl Worker {
             cfg: Arc::new(cfg),
             store,
             provider,
-            limiter,
+            pacer,
+            signals,
+            coordinator: Mutex::new(Some(coordinator)),
+            coordinating: Mutex::new(None),
             policy,
             outage_limit,
             stats: Default::default(),
@@ -135,6 +157,25 @@ impl Worker {
         self.stats.lock().expect("stats lock").clone()
     }
 
+    /// Joins the fleet's rate limit (once): nothing is sent before the first round grants a
+    /// share.
+    fn start_coordinator(&self) {
+        if let Some(c) = self.coordinator.lock().expect("lock").take() {
+            let stop = CancellationToken::new();
+            let task = tokio::spawn(c.run(stop.clone()));
+            *self.coordinating.lock().expect("lock") = Some((stop, task));
+        }
+    }
+
+    /// Leaves the fleet's rate limit: stops sending and frees the share (one second later).
+    async fn stop_coordinator(&self) {
+        let running = self.coordinating.lock().expect("lock").take();
+        if let Some((stop, task)) = running {
+            stop.cancel();
+            let _ = task.await;
+        }
+    }
+
     /// Claims one batch and settles it: sends, writes results, releases what was not sent by
     /// `stop_at` (or on `cancel`). For tests and tools that want to drive the queue step by step.
     pub async fn step(
@@ -142,6 +183,7 @@ impl Worker {
         stop_at: Instant,
         cancel: &CancellationToken,
     ) -> Result<Step, RunError> {
+        self.start_coordinator();
         let p = Pipeline::new(self, cancel.child_token(), true, i64::MAX);
         let timer = p.stop.clone();
         let guard = tokio::spawn(async move {
@@ -169,6 +211,7 @@ impl Worker {
         let failure_budget = (total as f64 * self.cfg.max_permanent_failure_ratio).floor() as i64;
         info!(worker = %self.name, campaign = %self.store.campaign_id(), total, "run started");
 
+        self.start_coordinator();
         let p = Pipeline::new(self, cancel.child_token(), false, failure_budget);
         let deadline_guard = self.cfg.deadline().map(|d| {
             let stop = p.stop.clone();
@@ -178,6 +221,7 @@ impl Worker {
             })
         });
         p.drive().await;
+        self.stop_coordinator().await;
         if let Some(g) = deadline_guard {
             g.abort();
         }
@@ -227,18 +271,6 @@ impl Worker {
             }
         }
     }
-}
-
-/// The pacer's quota: `rate` per second, with a burst of 10 ms worth of tokens (at least 1).
-///
-/// `Quota::per_second(r)` alone would allow a burst of `r` (up to 2r in one second). Strict
-/// spacing (burst 1) loses throughput instead: every wait overshoots by the timer's granularity
-/// (~1 ms), and with no burst that lateness is never made up (125/s became ~122/s). Ten
-/// milliseconds of burst absorbs the lateness while adding at most `rate/100` to any
-/// one-second window.
-pub fn pacer_quota(rate: NonZeroU32) -> Quota {
-    let burst = rate.get().div_ceil(100).max(1);
-    Quota::per_second(rate).allow_burst(NonZeroU32::new(burst).expect("at least 1"))
 }
 
 impl<'a> Pipeline<'a> {
@@ -330,6 +362,10 @@ impl<'a> Pipeline<'a> {
                 }
             };
             if batch.rows.is_empty() {
+                // Nothing claimable: hold no share of the fleet's limit unless rows are queued.
+                self.w
+                    .signals
+                    .set_busy(self.queued.load(Ordering::SeqCst) > 0);
                 let rem = match w.retrying(|| w.store.remaining()).await {
                     Ok(r) => r,
                     Err(e) => {
@@ -359,6 +395,7 @@ impl<'a> Pipeline<'a> {
                 continue;
             }
             let n = batch.rows.len();
+            self.w.signals.set_busy(true);
             debug!(claim_id = %batch.claim_id, rows = n, "claimed");
             self.claimed.fetch_add(n, Ordering::SeqCst);
             {
@@ -422,9 +459,13 @@ impl<'a> Pipeline<'a> {
                 p = slots.clone().acquire_owned() => p.expect("semaphore open"),
                 _ = self.stop.cancelled() => continue,
             };
-            tokio::select! {
-                _ = self.w.limiter.until_ready() => {}
-                _ = self.stop.cancelled() => continue,
+            // Every attempt spends a token of this pod's share of the fleet's limit.
+            match self.w.pacer.acquire(&self.stop).await {
+                Some(waited) => {
+                    m::pacer_wait(waited);
+                    self.w.stats.lock().expect("stats").pacer_wait_ms += waited.as_millis() as u64;
+                }
+                None => continue,
             }
             let fresh = checked_at.is_some_and(|t| t.elapsed() <= max_age);
             if !fresh || cleared.is_empty() {
@@ -480,7 +521,10 @@ impl<'a> Pipeline<'a> {
             let provider = self.w.provider.clone();
             let policy = self.w.policy;
             let res = res.clone();
+            let pacer = self.w.pacer.clone();
+            let signals = self.w.signals.clone();
             tokio::spawn(async move {
+                let t0 = Instant::now();
                 let attempt = provider
                     .send(
                         row.member_id,
@@ -488,6 +532,19 @@ impl<'a> Pipeline<'a> {
                         row.email.as_deref().unwrap_or_default(),
                     )
                     .await;
+                m::request(t0.elapsed());
+                if let Attempt::Retry {
+                    class: ErrorClass::Throttled,
+                    retry_after,
+                    ..
+                } = &attempt
+                {
+                    // The provider is the judge: this pod pauses now, the fleet at its next round.
+                    let ra = retry_after.map(|r| r.min(policy.retry_after_cap));
+                    m::throttled();
+                    pacer.pause_until(Instant::now() + ra.unwrap_or(rate_share::DEFAULT_PAUSE));
+                    signals.throttled(ra);
+                }
                 let resolution = resolve(
                     attempt,
                     row.attempt.max(1) as u32,
@@ -574,6 +631,7 @@ impl<'a> Pipeline<'a> {
                             s.requests += requested as u64;
                             s.count(&res);
                         }
+                        m::settled(res.outcome());
                         pending.entry(claim_id).or_default().push((member_id, res));
                         n_pending += 1;
                         oldest.get_or_insert_with(Instant::now);
@@ -705,49 +763,11 @@ impl<'a> Pipeline<'a> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use governor::clock::FakeRelativeClock;
-
-    /// Offers a token request every millisecond for 5 s of fake time; returns admission times (ms).
-    fn admitted(rate: u32) -> Vec<u64> {
-        let clock = FakeRelativeClock::default();
-        let limiter = RateLimiter::direct_with_clock(
-            pacer_quota(NonZeroU32::new(rate).unwrap()),
-            clock.clone(),
-        );
-        let mut at = Vec::new();
-        for ms in 0..5000u64 {
-            // A greedy sender: as many as are allowed in this millisecond.
-            while limiter.check().is_ok() {
-                at.push(ms);
-            }
-            clock.advance(Duration::from_millis(1));
-        }
-        at
-    }
-
-    #[test]
-    fn the_pacer_never_lets_a_one_second_window_exceed_rate_plus_ten_ms_of_burst() {
-        for rate in [1u32, 7, 125, 500, 2000] {
-            let at = admitted(rate);
-            let burst = rate.div_ceil(100).max(1) as usize;
-            let mut worst = 0;
-            for (i, t) in at.iter().enumerate() {
-                let in_window = at[i..].iter().take_while(|u| **u < t + 1000).count();
-                worst = worst.max(in_window);
-            }
-            assert!(
-                worst <= rate as usize + burst,
-                "rate {rate}: {worst} in one second"
-            );
-            // And it does give the rate: a greedy sender gets (rate × 5 s) + burst.
-            let total = at.len();
-            assert!(
-                total >= rate as usize * 5 && total <= rate as usize * 5 + burst,
-                "rate {rate}: {total} in 5 s"
-            );
+impl Drop for Worker {
+    fn drop(&mut self) {
+        // A worker dropped without finishing a run (tests driving `step`) still leaves the fleet.
+        if let Some((stop, _)) = self.coordinating.lock().expect("lock").as_ref() {
+            stop.cancel();
         }
     }
 }

@@ -8,4 +8,5 @@ mod claim;
 mod e2e;
 mod exit_codes;
 mod migrate;
+mod rate_share;
 mod sending;

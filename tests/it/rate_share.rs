@@ -1,0 +1,255 @@
+//! The fleet-wide rate limit on real PostgreSQL: coordinators sharing one key, and real worker
+//! processes against a fake provider that enforces exactly the limit.
+
+use std::time::Duration;
+
+use campaign_sender::fake_provider::FakeConfig;
+use campaign_sender::pacer::Pacer;
+use campaign_sender::rate_share::{self, Coordinator, Settings, Signals};
+use sqlx::PgPool;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::helpers::*;
+
+const LIMIT: f64 = 100.0;
+const TTL: Duration = Duration::from_millis(800);
+const SYNC: Duration = Duration::from_millis(50);
+
+struct Pod {
+    pacer: Pacer,
+    signals: Signals,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn pod(pool: &PgPool, name: &str) -> Pod {
+    let pacer = Pacer::new();
+    let (c, signals) = Coordinator::new(
+        pool.clone(),
+        Settings {
+            key: "provider.test".into(),
+            worker: name.into(),
+            campaign_id: CAMPAIGN.into(),
+            limit_per_s: LIMIT,
+            ttl: TTL,
+            sync: SYNC,
+            retry_after_cap: Duration::from_secs(600),
+        },
+        pacer.clone(),
+    );
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(c.run(stop.clone()));
+    Pod {
+        pacer,
+        signals,
+        stop,
+        task,
+    }
+}
+
+/// Polls every 5 ms until `f` holds; returns when (panics after `limit`).
+async fn until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) -> Instant {
+    let t0 = Instant::now();
+    loop {
+        if f() {
+            return Instant::now();
+        }
+        assert!(t0.elapsed() < limit, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn near(a: f64, b: f64) -> bool {
+    (a - b).abs() < 0.01
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_joining_pod_gets_capacity_only_a_second_after_the_others_gave_it_up(pool: PgPool) {
+    let a = pod(&pool, "a");
+    until(
+        Duration::from_secs(5),
+        "a alone gets the whole limit",
+        || near(a.pacer.rate(), LIMIT),
+    )
+    .await;
+    let b = pod(&pool, "b");
+    let lowered = until(Duration::from_secs(5), "a lowers to half", || {
+        near(a.pacer.rate(), LIMIT / 2.0)
+    })
+    .await;
+    // Meanwhile the sum of the rates in force never exceeds the limit, and b gets nothing
+    // until a's old rate has been out of force for a second.
+    let mut b_started = None;
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(3) {
+        let (ra, rb) = (a.pacer.rate(), b.pacer.rate());
+        assert!(ra + rb <= LIMIT + 1e-9, "a {ra} + b {rb} over the limit");
+        if rb > 0.0 && b_started.is_none() {
+            b_started = Some(Instant::now());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let b_started = b_started.expect("b never got a share");
+    assert!(
+        b_started.duration_since(lowered) >= Duration::from_millis(950),
+        "b got capacity {:?} after a lowered",
+        b_started.duration_since(lowered)
+    );
+    assert!(near(b.pacer.rate(), LIMIT / 2.0), "b {}", b.pacer.rate());
+    let members = rate_share::members(&pool, "provider.test").await.unwrap();
+    assert_eq!(members.len(), 2, "{members:?}");
+    drop((a.task, b.task));
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_crashed_pods_share_returns_only_after_its_ttl_and_the_handover_second(pool: PgPool) {
+    let a = pod(&pool, "a");
+    let b = pod(&pool, "b");
+    until(Duration::from_secs(5), "an even split", || {
+        near(a.pacer.rate(), LIMIT / 2.0) && near(b.pacer.rate(), LIMIT / 2.0)
+    })
+    .await;
+    // A crash: the coordinator vanishes without leaving (no final write).
+    a.task.abort();
+    let crashed = Instant::now();
+    let whole = until(Duration::from_secs(10), "b takes the whole limit", || {
+        near(b.pacer.rate(), LIMIT)
+    })
+    .await;
+    let took = whole.duration_since(crashed);
+    // a's last renewal was at most SYNC before the crash: its share expires ≥ TTL − SYNC later,
+    // and is committed for one more second.
+    assert!(
+        took >= TTL - SYNC + Duration::from_millis(950),
+        "capacity handed over after only {took:?}"
+    );
+    assert!(took <= TTL + Duration::from_millis(1600), "took {took:?}");
+    drop(b.task);
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_leaving_pod_stops_at_once_and_frees_its_share_a_second_later(pool: PgPool) {
+    let a = pod(&pool, "a");
+    let b = pod(&pool, "b");
+    until(Duration::from_secs(5), "an even split", || {
+        near(a.pacer.rate(), LIMIT / 2.0) && near(b.pacer.rate(), LIMIT / 2.0)
+    })
+    .await;
+    a.stop.cancel();
+    a.task.await.unwrap();
+    let left = Instant::now();
+    assert_eq!(a.pacer.rate(), 0.0, "a left but may still send");
+    let whole = until(Duration::from_secs(5), "b takes the whole limit", || {
+        near(b.pacer.rate(), LIMIT)
+    })
+    .await;
+    let took = whole.duration_since(left);
+    assert!(
+        took >= Duration::from_millis(950),
+        "handed over after {took:?}"
+    );
+    assert!(took <= Duration::from_millis(1500), "took {took:?}");
+    drop(b.task);
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_429_seen_by_one_pod_pauses_every_pod_of_the_key_and_cuts_the_limit(pool: PgPool) {
+    let a = pod(&pool, "a");
+    let b = pod(&pool, "b");
+    until(Duration::from_secs(5), "an even split", || {
+        near(a.pacer.rate(), LIMIT / 2.0) && near(b.pacer.rate(), LIMIT / 2.0)
+    })
+    .await;
+    a.signals.throttled(Some(Duration::from_secs(2)));
+    let reported = Instant::now();
+    let (effective, paused_for): (f64, f64) = {
+        let t0 = Instant::now();
+        loop {
+            let r: Option<(f64, f64)> = sqlx::query_as(
+                "SELECT effective_per_s, extract(epoch FROM paused_until - clock_timestamp())::float8
+                   FROM rate_limits WHERE limit_key = 'provider.test' AND paused_until IS NOT NULL",
+            )
+            .fetch_optional(&pool)
+            .await
+            .unwrap();
+            if let Some(r) = r {
+                break r;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(2),
+                "the pause was never written"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    assert!(
+        (effective - LIMIT * rate_share::DECREASE_FACTOR).abs() < 1.0,
+        "{effective}"
+    );
+    assert!(paused_for > 1.5, "paused for {paused_for} s");
+    // b, which saw no 429 itself, gets no token until the pause is over.
+    let stop = CancellationToken::new();
+    tokio::time::sleep(SYNC * 3).await;
+    b.pacer.acquire(&stop).await.unwrap();
+    assert!(
+        reported.elapsed() >= Duration::from_millis(1800),
+        "b sent {:?} after the 429",
+        reported.elapsed()
+    );
+    drop((a.task, b.task));
+}
+
+/// `campaign-sender run` settings for the fleet tests.
+fn env<'a>(mail_url: &'a str, rate: &'a str, worker: &'a str) -> Vec<(&'a str, &'a str)> {
+    vec![
+        ("CAMPAIGN_ID", CAMPAIGN),
+        ("MAIL_URL", mail_url),
+        ("WORKER_ID", worker),
+        ("MAIL_RATE_PER_S", rate),
+        ("SEND_CONCURRENCY", "16"),
+        ("BATCH_SIZE", "50"),
+        ("LEASE_S", "5"),
+        ("CONNECT_TIMEOUT_MS", "500"),
+        ("READ_TIMEOUT_MS", "1000"),
+        ("DEADLINE_S", "60"),
+        ("IDLE_POLL_MS", "100"),
+    ]
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn four_worker_processes_share_one_limit_and_the_provider_never_says_429(pool: PgPool) {
+    // The provider enforces exactly the limit, with a small burst; each worker is told the
+    // fleet's limit, not a quarter of it.
+    seed(&pool, CAMPAIGN, 2000).await;
+    let p = provider(FakeConfig {
+        rate_per_s: Some(200.0),
+        burst: 5,
+        latency_mean_ms: 20,
+        latency_jitter_ms: 10,
+        ..Default::default()
+    })
+    .await;
+    let db = database_url(&pool).await;
+    let names = ["w0", "w1", "w2", "w3"];
+    let children: Vec<_> = names
+        .iter()
+        .map(|n| spawn_sender(&["run"], &db, &env(&p.url, "200", n)))
+        .collect();
+    let mut reports = Vec::new();
+    for c in children {
+        let (code, out, err) = finish(c, Duration::from_secs(60)).await;
+        assert_eq!(code, 0, "{out}\n{err}");
+        reports
+            .push(serde_json::from_str::<serde_json::Value>(out.lines().last().unwrap()).unwrap());
+    }
+    let s = p.fake.stats();
+    assert_eq!(s.throttled_429, 0, "{s:?}");
+    assert!(s.max_accepted_in_1s <= 200 + 5, "{s:?}");
+    assert_eq!(s.delivered, 2000, "{s:?}");
+    assert_eq!(s.members_delivered_more_than_once, 0);
+    // The limit was shared, not taken by one: every worker sent a real part.
+    for r in &reports {
+        assert!(r["stats"]["sent"].as_u64().unwrap() >= 200, "{r}");
+    }
+}
