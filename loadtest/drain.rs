@@ -7,6 +7,12 @@
 //! waits for them (bounded; progress sampled every 250 ms), and prints one JSON line and a human summary: elapsed, delivered/s
 //! over the steady part, utilisation against the provider limit, 429s, duplicate requests,
 //! members delivered more than once, final states, peak RSS per worker, exit codes.
+//!
+//! Every worker is given the provider's whole limit as `MAIL_RATE_PER_S`: they share it through
+//! PostgreSQL (`src/rate_share.rs`). `--event 10:join`, `--event 20:term`, `--event 30:kill`
+//! start a worker, or SIGTERM / SIGKILL the oldest one still running, at that second; for each
+//! event the report gives the lowest 1-second rate in the 10 s after it and how long the rate
+//! stayed below 95 % of the limit.
 //! Everything is bounded in time and talks only to 127.0.0.1.
 
 use std::path::PathBuf;
@@ -45,11 +51,16 @@ struct Args {
     /// standard | none | outage
     #[arg(long, default_value = "standard")]
     faults: String,
-    /// MAIL_RATE_PER_S for each worker (default: 96 % of the provider limit split evenly).
+    /// MAIL_RATE_PER_S for every worker: the fleet-wide limit they share (default: the
+    /// provider's limit; 100000 when it is unlimited).
     #[arg(long)]
     worker_rate: Option<u32>,
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 100)]
     send_concurrency: u32,
+    /// `SECONDS:join|term|kill`, repeatable: start a worker, or SIGTERM / SIGKILL the oldest
+    /// one still running, that many seconds into the run.
+    #[arg(long = "event", value_parser = parse_event)]
+    events: Vec<(f64, String)>,
     #[arg(long, default_value_t = 200)]
     batch_size: u32,
     /// Write the chart (sends per second, per worker and total, with the limit) here.
@@ -74,6 +85,17 @@ struct Args {
     /// Keep the run's database afterwards.
     #[arg(long)]
     keep: bool,
+}
+
+fn parse_event(s: &str) -> Result<(f64, String), String> {
+    let (t, what) = s.split_once(':').ok_or("expected SECONDS:join|term|kill")?;
+    let t: f64 = t
+        .parse()
+        .map_err(|_| format!("{t:?} is not a number of seconds"))?;
+    match what {
+        "join" | "term" | "kill" => Ok((t, what.to_string())),
+        _ => Err(format!("{what:?} is not join, term or kill")),
+    }
 }
 
 fn sibling(name: &str) -> anyhow::Result<PathBuf> {
@@ -194,6 +216,7 @@ async fn main() -> anyhow::Result<()> {
     let ceiling = db_ceiling(&db_url, loops, ceiling_rows, a.batch_size).await?;
     eprintln!("  database ceiling: {ceiling:.0} rows/s (claim + finish of {ceiling_rows} rows, {loops} loops)");
 
+    let provider_t0 = Instant::now();
     let provider = start_provider(&a)?;
     let http = reqwest::Client::new();
     let stats = |http: reqwest::Client, base: String| async move {
@@ -206,9 +229,7 @@ async fn main() -> anyhow::Result<()> {
 
     let worker_rate = a.worker_rate.unwrap_or_else(|| {
         if a.provider_rate > 0.0 {
-            ((a.provider_rate * 0.96) / a.workers as f64)
-                .floor()
-                .max(1.0) as u32
+            a.provider_rate.floor().max(1.0) as u32
         } else {
             100_000
         }
@@ -217,30 +238,37 @@ async fn main() -> anyhow::Result<()> {
     let logdir = std::env::temp_dir().join(&run_id);
     std::fs::create_dir_all(&logdir)?;
     let started = Instant::now();
-    let mut workers: Vec<Child> = (0..a.workers)
-        .map(|i| {
-            Command::new(&sender)
-                .arg("run")
-                .env("DATABASE_URL", &db_url)
-                .env("CAMPAIGN_ID", campaign)
-                .env("MAIL_URL", format!("{}/v1/send", provider.base))
-                .env("JOB_COMPLETION_INDEX", i.to_string())
-                .env("MAIL_RATE_PER_S", worker_rate.to_string())
-                .env("SEND_CONCURRENCY", a.send_concurrency.to_string())
-                .env("BATCH_SIZE", a.batch_size.to_string())
-                .env("LEASE_S", a.lease_s.to_string())
-                .env("DEADLINE_S", a.timeout_s.to_string())
-                .env("BACKOFF_BASE_MS", "500")
-                .env("LOG_FORMAT", "json")
-                .env("RUST_LOG", "warn")
-                .stdout(Stdio::piped())
-                .stderr(std::fs::File::create(
-                    logdir.join(format!("worker-{i}.log")),
-                )?)
-                .spawn()
-                .context("start campaign-sender")
-        })
+    let spawn_worker = |i: usize| {
+        Command::new(&sender)
+            .arg("run")
+            .env("DATABASE_URL", &db_url)
+            .env("CAMPAIGN_ID", campaign)
+            .env("MAIL_URL", format!("{}/v1/send", provider.base))
+            .env("JOB_COMPLETION_INDEX", i.to_string())
+            .env("MAIL_RATE_PER_S", worker_rate.to_string())
+            .env("SEND_CONCURRENCY", a.send_concurrency.to_string())
+            .env("BATCH_SIZE", a.batch_size.to_string())
+            .env("LEASE_S", a.lease_s.to_string())
+            .env("DEADLINE_S", a.timeout_s.to_string())
+            .env("BACKOFF_BASE_MS", "500")
+            .env("LOG_FORMAT", "json")
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(
+                logdir.join(format!("worker-{i}.log")),
+            )?)
+            .spawn()
+            .context("start campaign-sender")
+    };
+    let mut workers: Vec<Child> = (0..a.workers as usize)
+        .map(spawn_worker)
         .collect::<anyhow::Result<_>>()?;
+    // Scheduled events, and what happened: (at s since start, action, worker index).
+    let mut pending_events = a.events.clone();
+    pending_events.sort_by(|x, y| x.0.total_cmp(&y.0));
+    pending_events.reverse();
+    let mut happened: Vec<(f64, String, usize)> = Vec::new();
+    let mut signalled: Vec<bool> = vec![false; workers.len()];
 
     // Sample every 250 ms until every worker exited (bounded by timeout_s + 30 s).
     let mut timeline: Vec<(f64, u64)> = Vec::new();
@@ -251,6 +279,39 @@ async fn main() -> anyhow::Result<()> {
     let mut killed: Option<(Instant, Vec<i64>)> = None;
     let mut recovery_s: Option<f64> = None;
     while codes.iter().any(Option::is_none) {
+        while pending_events
+            .last()
+            .is_some_and(|(t, _)| started.elapsed().as_secs_f64() >= *t)
+        {
+            let (_, what) = pending_events.pop().expect("checked");
+            let at = provider_t0.elapsed().as_secs_f64();
+            if what == "join" {
+                let i = workers.len();
+                workers.push(spawn_worker(i)?);
+                rss.push(0);
+                codes.push(None);
+                signalled.push(false);
+                eprintln!(
+                    "  t={:.1}s: worker-{i} joins",
+                    started.elapsed().as_secs_f64()
+                );
+                happened.push((at, what, i));
+            } else if let Some(i) =
+                (0..workers.len()).find(|i| codes[*i].is_none() && !signalled[*i])
+            {
+                let sig = if what == "term" { "-TERM" } else { "-KILL" };
+                Command::new("kill")
+                    .args([sig, &workers[i].id().to_string()])
+                    .status()?;
+                signalled[i] = true;
+                eprintln!(
+                    "  t={:.1}s: SIG{} to worker-{i}",
+                    started.elapsed().as_secs_f64(),
+                    &sig[1..]
+                );
+                happened.push((at, what, i));
+            }
+        }
         if let (Some(after), None) = (a.kill_after_s, &killed) {
             if started.elapsed() >= Duration::from_secs(after) && codes[0].is_none() {
                 let pid = workers[0].id().to_string();
@@ -334,7 +395,36 @@ async fn main() -> anyhow::Result<()> {
         .await?
         .json()
         .await?;
-    chart(&a.chart, &per_second, a.provider_rate, a.workers)?;
+    chart(&a.chart, &per_second, a.provider_rate, workers.len() as u32)?;
+    // Per-second totals on the provider's clock, for the event analysis.
+    let mut accepted_per_s: Vec<u64> = Vec::new();
+    for p in &per_second {
+        let i = p.second as usize;
+        if accepted_per_s.len() <= i {
+            accepted_per_s.resize(i + 1, 0);
+        }
+        accepted_per_s[i] += p.accepted;
+    }
+    let event_report: Vec<serde_json::Value> = happened
+        .iter()
+        .map(|(at, what, i)| {
+            // Whole provider seconds from the one after the event, for 10 s.
+            let first = at.ceil() as usize;
+            let window: Vec<u64> = accepted_per_s.iter().skip(first).take(10).copied().collect();
+            let threshold = 0.95 * a.provider_rate;
+            let below = window.iter().rposition(|n| (*n as f64) < threshold);
+            json!({
+                "at_s": (at * 10.0).round() / 10.0,
+                "event": what,
+                "worker": i,
+                "min_per_s_next_10s": window.iter().min(),
+                // Seconds after the event until the last second below 95 % of the limit ended
+                // (0: it never dipped). Meaningless if the campaign ran out in the window.
+                "below_95pct_for_s": below.map(|b| ((first + b + 1) as f64 - at) * 10.0).map(|x| x.round() / 10.0).unwrap_or(0.0),
+                "per_s_next_10s": window,
+            })
+        })
+        .collect();
     let states: Vec<(String, i64)> =
         sqlx::query_as("SELECT state, count(*) FROM campaign_targets WHERE campaign_id = $1 GROUP BY state ORDER BY 1")
             .bind(campaign)
@@ -368,6 +458,8 @@ async fn main() -> anyhow::Result<()> {
     let report = json!({
         "targets": a.targets,
         "workers": a.workers,
+        "workers_started": workers.len(),
+        "events": event_report,
         "provider": {"rate_per_s": a.provider_rate, "burst": a.burst, "latency_ms": a.latency_ms,
                      "jitter_ms": a.jitter_ms, "faults": a.faults},
         "worker_rate_per_s": worker_rate,
@@ -429,9 +521,18 @@ async fn main() -> anyhow::Result<()> {
     if let Some(k) = report.get("kill").filter(|k| !k.is_null()) {
         eprintln!("kill experiment: {k}");
     }
-    // A worker we killed on purpose is not a failure of the run.
-    let expected =
-        |i: usize, c: &Option<i32>| matches!(c, Some(0)) || (i == 0 && a.kill_after_s.is_some());
+    if !event_report.is_empty() {
+        for e in &event_report {
+            eprintln!("event: {e}");
+        }
+    }
+    // A worker we killed or stopped on purpose is not a failure of the run (a stopped one
+    // exits 1, "incomplete", or 0 if the campaign was done by then).
+    let expected = |i: usize, c: &Option<i32>| {
+        matches!(c, Some(0))
+            || (i == 0 && a.kill_after_s.is_some())
+            || (signalled[i] && matches!(c, Some(1) | Some(-1)))
+    };
     if s.members_delivered_more_than_once > 0
         || !codes.iter().enumerate().all(|(i, c)| expected(i, c))
     {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every drain figure in docs/BENCHMARKS.md, in one go (about 8 minutes on 2 cores), on one
+# Every drain figure in docs/BENCHMARKS.md, in one go (about 14 minutes on 2 cores), on one
 # throwaway PostgreSQL. Each run prints its JSON line to target/benchmarks.jsonl, its summary to
 # stderr, and its chart to target/bench-<name>.svg. Everything on 127.0.0.1, every run bounded.
 set -euo pipefail
@@ -11,17 +11,25 @@ if [ -z "${DATABASE_URL:-}" ]; then
 fi
 out=target/benchmarks.jsonl
 : >"$out"
+# Optional arguments: only the runs with these names (e.g. `scripts/benchmarks.sh fleet-4w`).
+only=" $* "
 run() {
   local name=$1; shift
+  [ "$only" = "  " ] || [[ "$only" == *" $name "* ]] || return 0
   echo "== $name: drain $*" >&2
-  # A killed worker is expected in the kill runs; drain's own exit code says if anything else failed.
+  # A killed or stopped worker is expected in the kill and event runs; drain's own exit code says
+  # if anything else failed.
   target/release/drain --chart "target/bench-$name.svg" "$@" | sed "s/^{/{\"name\":\"$name\",/" >>"$out"
 }
-run limit-4w        --targets 30000 --workers 4 --faults none --worker-rate 125
-run limit-4w-faults --targets 30000 --workers 4 --faults standard --worker-rate 125
+# Every worker is told the provider's whole limit (500/s) and they share it through PostgreSQL.
+run fleet-1w        --targets 30000 --workers 1 --faults none
+run fleet-4w        --targets 30000 --workers 4 --faults none
+run fleet-8w        --targets 30000 --workers 8 --faults none
+run fleet-churn     --targets 40000 --workers 4 --faults none --event 15:join --event 15:join --event 30:term --event 45:kill
+run limit-4w-faults --targets 30000 --workers 4 --faults standard
 run unlimited-4w    --targets 100000 --workers 4 --provider-rate 0 --latency-ms 0 --jitter-ms 0 --faults none
 run rss-10k         --targets 10000 --workers 4 --provider-rate 0 --latency-ms 0 --jitter-ms 0 --faults none
 run rss-1.2m        --targets 1200000 --workers 4 --provider-rate 0 --latency-ms 0 --jitter-ms 0 --faults none --timeout-s 600
-run sigkill         --targets 30000 --workers 4 --faults none --worker-rate 125 --kill-after-s 15 --kill-signal KILL
-run sigterm         --targets 30000 --workers 4 --faults none --worker-rate 125 --kill-after-s 15 --kill-signal TERM
+run sigkill         --targets 30000 --workers 4 --faults none --kill-after-s 15 --kill-signal KILL
+run sigterm         --targets 30000 --workers 4 --faults none --kill-after-s 15 --kill-signal TERM
 echo "results: $out" >&2

@@ -15,7 +15,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# name | file | python expression old → new (exact text, must occur exactly once)
+# name | file | old text | new text (exact, must occur exactly once) [| which tests: `unit` runs
+# only the library's unit tests, `fleet` the unit tests and tests/it/rate_share.rs; default all]
 mutations=(
   "claim without SKIP LOCKED|src/store.rs|  FOR UPDATE SKIP LOCKED|  FOR UPDATE"
   "finish without the claim_id fence|src/store.rs|AND t.claim_id = \$2|AND \$2::uuid IS NOT NULL"
@@ -26,14 +27,14 @@ mutations=(
             .for_each(&mut release);|.chain(cleared.drain(..))
             .for_each(drop);"
   "attempt number in the Idempotency-Key|src/provider.rs|idempotency_key(&self.campaign_id, member_id)|format!(\"{}:{attempt}\", idempotency_key(&self.campaign_id, member_id))"
-  "rate share: no handover second after a change|src/rate_share.rs|if now < self.share_changed_at + window {|if false && now < self.share_changed_at + window {"
-  "rate share: no handover second after expiry|src/rate_share.rs|if now >= self.expires_at + window {|if now >= self.expires_at {"
-  "rate share: every pod takes the whole limit|src/rate_share.rs|effective * report.weight / total_weight|effective"
-  "rate share: raise beyond the free capacity|src/rate_share.rs|fair.min(current.max(free))|fair"
-  "rate share: a 429 pauses only its own pod|src/rate_share.rs|self.pacer.pause_until(Instant::now() + left);|let _ = left;"
+  "rate share: no handover second after a change|src/rate_share.rs|if now < self.share_changed_at + window {|if false && now < self.share_changed_at + window {|unit"
+  "rate share: no handover second after expiry|src/rate_share.rs|if now >= self.expires_at + window {|if now >= self.expires_at {|unit"
+  "rate share: every pod takes the whole limit|src/rate_share.rs|effective * report.weight / total_weight|effective|unit"
+  "rate share: raise beyond the free capacity|src/rate_share.rs|fair.min(current.max(free))|fair|unit"
+  "rate share: a 429 pauses only its own pod|src/rate_share.rs|self.pacer.pause_until(Instant::now() + left);|let _ = left;|fleet"
   "rate share: leaving keeps sending|src/rate_share.rs|    async fn leave(&self) {
-        self.pacer.revoke();|    async fn leave(&self) {"
-  "pacer: a lapsed share still sends|src/pacer.rs|(Some(l), Some(v)) if v > now => l.clone(),|(Some(l), Some(_)) => l.clone(),"
+        self.pacer.revoke();|    async fn leave(&self) {|fleet"
+  "pacer: a lapsed share still sends|src/pacer.rs|(Some(l), Some(v)) if v > now => l.clone(),|(Some(l), Some(_)) => l.clone(),|unit"
 )
 
 survived=0
@@ -44,13 +45,19 @@ for m in "${mutations[@]}"; do
   python3 - "$file" "$m" <<'PY'
 import sys
 path, rec = sys.argv[1], sys.argv[2]
-name, file, old, new = rec.split("|")
+name, file, old, new = rec.split("|")[:4]
 src = open(path).read()
 if src.count(old) != 1:
     sys.exit(f"mutation {name!r}: pattern found {src.count(old)} times in {path}; update scripts/mutants-sql.sh")
 open(path, "w").write(src.replace(old, new))
 PY
-  out=$(cargo test --locked --lib --test it -q 2>&1 || true)
+  scope=$(python3 -c 'import sys; r = sys.argv[1].split("|"); print(r[4] if len(r) > 4 else "all")' "$m")
+  case "$scope" in
+    unit) tests=(--lib) ;;
+    fleet) tests=(--lib --test it -- rate_share) ;;
+    *) tests=(--lib --test it) ;;
+  esac
+  out=$(cargo test --locked -q "${tests[@]}" 2>&1 || true)
   if grep -q "could not compile" <<<"$out"; then
     cp "$backup/$file" "$file"
     echo "mutation '$name' does not compile; fix scripts/mutants-sql.sh" >&2
