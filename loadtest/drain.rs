@@ -474,6 +474,8 @@ async fn main() -> anyhow::Result<()> {
         "duplicates_suppressed": s.duplicates_suppressed,
         "members_delivered_more_than_once": s.members_delivered_more_than_once,
         "max_accepted_in_1s": s.max_accepted_in_1s,
+        // Provider seconds (since it started) in which it answered 429, with how many.
+        "throttled_at_s": per_second.iter().filter(|p| p.throttled > 0).fold(std::collections::BTreeMap::<u64, u64>::new(), |mut m, p| { *m.entry(p.second).or_default() += p.throttled; m }),
         "final_states": states.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>(),
         "peak_rss_mib": rss.iter().map(|k| (*k as f64 / 1024.0 * 10.0).round() / 10.0).collect::<Vec<_>>(),
         "exit_codes": codes.iter().map(|c| c.unwrap_or(-1)).collect::<Vec<_>>(),

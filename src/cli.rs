@@ -1,4 +1,4 @@
-//! The `campaign-sender` command line: `migrate` and `run`. Each subcommand reads its typed
+//! The `campaign-sender` command line: `migrate`, `run` and `serve`. Each subcommand reads its typed
 //! config, does its work through the library, and maps the outcome to an exit code
 //! (see [`crate::report::exit`]).
 
@@ -32,6 +32,10 @@ pub enum Command {
     /// Send the campaign CAMPAIGN_ID until done, DEADLINE_S, too many failures or SIGTERM.
     /// Prints a JSON report line on stdout. Configuration: environment (see README).
     Run,
+    /// Long-running mode (a Deployment): like `run` with no deadline; when the campaign is done
+    /// it idles (one backlog query per IDLE_POLL_MS) and resumes when rows arrive. SIGTERM exits
+    /// 0; too many permanent failures exit 2.
+    Serve,
 }
 
 fn config_failure(e: ConfigError) -> ExitCode {
@@ -74,7 +78,8 @@ async fn dispatch(cli: Cli) -> ExitCode {
                 }
             }
         }
-        Command::Run => {
+        Command::Run | Command::Serve => {
+            let serve = matches!(cli.command, Command::Serve);
             let cfg = match RunConfig::from_env() {
                 Ok(c) => c,
                 Err(e) => return config_failure(e),
@@ -92,6 +97,11 @@ async fn dispatch(cli: Cli) -> ExitCode {
                 Ok(p) => p,
                 Err(e) => return db_unavailable(e),
             };
+            if let Err(code) =
+                wait_for_schema(&pool, Duration::from_secs(db.db_connect_retry_s)).await
+            {
+                return code;
+            }
             let store = Store::new(pool, cfg.campaign_id.clone());
             let worker = match Worker::new(cfg, store, Duration::from_secs(db.db_connect_retry_s)) {
                 Ok(w) => w,
@@ -100,7 +110,12 @@ async fn dispatch(cli: Cli) -> ExitCode {
                     return ExitCode::from(exit::CONFIG);
                 }
             };
-            match worker.run(cancel).await {
+            let outcome = if serve {
+                worker.serve(cancel).await
+            } else {
+                worker.run(cancel).await
+            };
+            match outcome {
                 Ok(report) => {
                     println!(
                         "{}",
@@ -114,6 +129,31 @@ async fn dispatch(cli: Cli) -> ExitCode {
                     ExitCode::from(exit::DATABASE_UNAVAILABLE)
                 }
             }
+        }
+    }
+}
+
+/// Waits (up to `limit`) for the migrate Job to have applied every migration this binary knows.
+async fn wait_for_schema(pool: &sqlx::PgPool, limit: Duration) -> Result<(), ExitCode> {
+    let give_up = tokio::time::Instant::now() + limit;
+    let mut said = false;
+    loop {
+        match store::schema_ready(pool).await {
+            Ok(true) => return Ok(()),
+            Ok(false) if tokio::time::Instant::now() < give_up => {
+                if !said {
+                    tracing::info!(
+                        "waiting for the schema: run `campaign-sender migrate` (the migrate Job)"
+                    );
+                    said = true;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Ok(false) => {
+                error!("the database schema is not migrated to this version: run `campaign-sender migrate` (the migrate Job) first; a rerun is safe");
+                return Err(ExitCode::from(exit::DATABASE_UNAVAILABLE));
+            }
+            Err(e) => return Err(db_unavailable(e)),
         }
     }
 }

@@ -8,7 +8,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// A value that must never reach a log line. `Debug`/`Display` print `[redacted]`.
 #[derive(Clone, Deserialize, PartialEq, Eq)]
@@ -28,6 +28,12 @@ impl Secret {
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("[redacted]")
+    }
+}
+
+impl Serialize for Secret {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str("[redacted]")
     }
 }
 
@@ -77,7 +83,7 @@ impl ConfigError {
 }
 
 /// How to reach PostgreSQL. Shared by every subcommand.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct DbConfig {
     /// `DATABASE_URL` (required): `postgres://user:pass@host:port/db?sslmode=verify-full`.
     pub database_url: Secret,
@@ -117,7 +123,7 @@ impl DbConfig {
 }
 
 /// What `campaign-sender run` needs besides the database.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct RunConfig {
     /// `CAMPAIGN_ID` (required): the campaign to send; also the provider template.
     pub campaign_id: String,
@@ -272,6 +278,27 @@ mod defaults {
     pub fn idle_poll_ms() -> u64 {
         1000
     }
+}
+
+/// Every environment variable the binary reads: the fields of [`DbConfig`] and [`RunConfig`]
+/// (their names upper-cased, as envy reads them) and the logging ones of [`crate::telemetry`].
+/// The manifests' ConfigMap may only set these (tests/it/manifests.rs).
+pub fn known_variables() -> Vec<String> {
+    let db = DbConfig {
+        database_url: Secret::new("postgres://x"),
+        db_max_connections: defaults::db_max_connections(),
+        db_connect_retry_s: defaults::db_connect_retry_s(),
+    };
+    let run = RunConfig::with_defaults("c", "http://127.0.0.1/");
+    let mut vars: Vec<String> = [serde_json::to_value(db), serde_json::to_value(run)]
+        .into_iter()
+        .filter_map(|v| v.ok())
+        .filter_map(|v| v.as_object().cloned())
+        .flat_map(|o| o.keys().map(|k| k.to_ascii_uppercase()).collect::<Vec<_>>())
+        .collect();
+    vars.extend(["LOG_FORMAT".to_string(), "RUST_LOG".to_string()]);
+    vars.sort();
+    vars
 }
 
 fn positive(var: &str, value: u64) -> Result<(), ConfigError> {

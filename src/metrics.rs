@@ -3,7 +3,8 @@
 //! Recorded through the `metrics` facade (a no-op until an exporter is installed), exported by
 //! `metrics-exporter-prometheus` on `METRICS_ADDR` when it is set. No label ever carries a
 //! member id, an email address or anything else per recipient: the only labels are `outcome`
-//! (a fixed vocabulary) and `worker` (set once, as a global label, from the pod's name).
+//! or `state` (fixed vocabularies) and `worker` (set once, as a global label, from the pod's
+//! name).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -26,6 +27,45 @@ pub const RATE_SHARE: &str = "campaign_sender_rate_share_per_second";
 pub const RATE_EFFECTIVE_LIMIT: &str = "campaign_sender_rate_effective_limit_per_second";
 /// Live pods sharing the limit key, as this pod last saw them.
 pub const RATE_LIVE_PODS: &str = "campaign_sender_rate_live_pods";
+
+/// The configured fleet-wide limit (`MAIL_RATE_PER_S`).
+pub const RATE_LIMIT: &str = "campaign_sender_rate_limit_per_second";
+/// Batches claimed, and the rows in them.
+pub const BATCHES_CLAIMED_TOTAL: &str = "campaign_sender_batches_claimed_total";
+pub const ROWS_CLAIMED_TOTAL: &str = "campaign_sender_rows_claimed_total";
+/// Claimed rows whose previous holder's lease had expired (it was killed or stalled).
+pub const LEASES_EXPIRED_TOTAL: &str = "campaign_sender_leases_expired_total";
+/// Row leases extended by the heartbeat.
+pub const LEASES_RENEWED_TOTAL: &str = "campaign_sender_leases_renewed_total";
+/// Results the fence refused (the row was re-claimed by someone else), and rows found lost.
+pub const STALE_WRITES_TOTAL: &str = "campaign_sender_stale_writes_total";
+/// Claimed rows given back unsent when this process stopped (deadline, SIGTERM, threshold).
+pub const ROWS_RELEASED_TOTAL: &str = "campaign_sender_rows_released_total";
+/// Rows written `sent` whose member had opted out by the time of the write.
+pub const SENT_AFTER_OPTOUT_TOTAL: &str = "campaign_sender_sent_after_optout_total";
+/// The campaign's rows by `state` (ready, waiting, leased, failed), sampled by each pod.
+pub const BACKLOG_ROWS: &str = "campaign_sender_backlog_rows";
+
+/// Every metric this crate records (the manifests' alerts and dashboard may use only these).
+pub const ALL: &[&str] = &[
+    SENDS_TOTAL,
+    SEND_DURATION_SECONDS,
+    REQUESTS_TOTAL,
+    THROTTLED_TOTAL,
+    PACER_WAIT_SECONDS,
+    RATE_SHARE,
+    RATE_EFFECTIVE_LIMIT,
+    RATE_LIVE_PODS,
+    RATE_LIMIT,
+    BATCHES_CLAIMED_TOTAL,
+    ROWS_CLAIMED_TOTAL,
+    LEASES_EXPIRED_TOTAL,
+    LEASES_RENEWED_TOTAL,
+    STALE_WRITES_TOTAL,
+    ROWS_RELEASED_TOTAL,
+    SENT_AFTER_OPTOUT_TOTAL,
+    BACKLOG_ROWS,
+];
 
 /// Serves `/metrics` on `addr` (every path answers with the exposition). Must run inside the
 /// tokio runtime.
@@ -74,4 +114,44 @@ pub fn rate_effective_limit(per_s: f64) {
 
 pub fn rate_live_pods(n: usize) {
     gauge!(RATE_LIVE_PODS).set(n as f64);
+}
+
+pub fn rate_limit(per_s: f64) {
+    gauge!(RATE_LIMIT).set(per_s);
+}
+
+pub fn claimed(rows: usize, reclaimed: usize) {
+    counter!(BATCHES_CLAIMED_TOTAL).increment(1);
+    counter!(ROWS_CLAIMED_TOTAL).increment(rows as u64);
+    if reclaimed > 0 {
+        counter!(LEASES_EXPIRED_TOTAL).increment(reclaimed as u64);
+    }
+}
+
+pub fn leases_renewed(n: u64) {
+    counter!(LEASES_RENEWED_TOTAL).increment(n);
+}
+
+pub fn stale_writes(n: u64) {
+    if n > 0 {
+        counter!(STALE_WRITES_TOTAL).increment(n);
+    }
+}
+
+pub fn released(n: u64) {
+    counter!(ROWS_RELEASED_TOTAL).increment(n);
+}
+
+pub fn sent_after_optout(n: u64) {
+    counter!(SENT_AFTER_OPTOUT_TOTAL).increment(n);
+}
+
+/// The work left (and, when known, the failed rows), as gauges by state.
+pub fn backlog(rem: &crate::store::Remaining, failed: Option<i64>) {
+    gauge!(BACKLOG_ROWS, "state" => "ready").set(rem.ready as f64);
+    gauge!(BACKLOG_ROWS, "state" => "waiting").set(rem.waiting as f64);
+    gauge!(BACKLOG_ROWS, "state" => "leased").set(rem.leased as f64);
+    if let Some(f) = failed {
+        gauge!(BACKLOG_ROWS, "state" => "failed").set(f as f64);
+    }
 }

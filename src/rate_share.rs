@@ -489,6 +489,7 @@ impl Coordinator {
             self.pacer.pause_until(Instant::now() + left);
         }
         m::rate_share(plan.me.share_per_s);
+        m::rate_limit(plan.fleet_limit);
         m::rate_effective_limit(plan.limit.effective_per_s);
         m::rate_live_pods(plan.live_pods);
         if plan.changed {

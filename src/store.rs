@@ -45,6 +45,8 @@ impl std::fmt::Debug for ClaimedRow {
 pub struct Batch {
     pub claim_id: Uuid,
     pub rows: Vec<ClaimedRow>,
+    /// Rows taken over from a holder whose lease had expired (a killed or stalled worker).
+    pub reclaimed: usize,
 }
 
 /// Work left in a campaign (opted-out rows are not work).
@@ -123,6 +125,23 @@ pub async fn connect(cfg: &DbConfig) -> Result<PgPool, sqlx::Error> {
     }
 }
 
+/// Whether every embedded migration has been applied (a pod started together with the migrate
+/// Job waits for this instead of failing on a missing column).
+pub async fn schema_ready(pool: &PgPool) -> Result<bool, sqlx::Error> {
+    let latest = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
+    // language=PostgreSQL
+    let applied: Result<Option<i64>, sqlx::Error> =
+        sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations WHERE success")
+            .fetch_one(pool)
+            .await;
+    match applied {
+        Ok(v) => Ok(v.unwrap_or(0) >= latest),
+        // 42P01: no _sqlx_migrations yet, i.e. nothing migrated.
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P01") => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 impl Store {
     pub fn new(pool: PgPool, campaign_id: impl Into<String>) -> Self {
         Self {
@@ -156,7 +175,7 @@ impl Store {
         let rows = sqlx::query(
             r#"
             WITH picked AS (
-                SELECT member_id
+                SELECT member_id, state AS was
                   FROM campaign_targets
                  WHERE campaign_id = $1
                    AND opted_out_at IS NULL
@@ -177,7 +196,7 @@ impl Store {
               FROM picked
              WHERE t.campaign_id = $1
                AND t.member_id = picked.member_id
-            RETURNING t.member_id, t.email, t.attempts
+            RETURNING t.member_id, t.email, t.attempts, picked.was = 'sending'
             "#,
         )
         .bind(&self.campaign_id)
@@ -186,6 +205,7 @@ impl Store {
         .bind(lease.as_secs_f64())
         .fetch_all(&self.pool)
         .await?;
+        let reclaimed = rows.iter().filter(|r| r.get::<bool, _>(3)).count();
         let rows = rows
             .into_iter()
             .map(|r| ClaimedRow {
@@ -194,7 +214,11 @@ impl Store {
                 attempt: r.get(2),
             })
             .collect();
-        Ok(Batch { claim_id, rows })
+        Ok(Batch {
+            claim_id,
+            rows,
+            reclaimed,
+        })
     }
 
     /// Which of these claimed rows (member id, the claim that holds it) must not be sent now.
@@ -281,7 +305,9 @@ impl Store {
     /// - `sent` stamps `sent_at` (what the legacy job and any rollback read);
     /// - a released row gives its attempt back (`attempts - 1`) and keeps its last provider
     ///   answer, so time-budget leftovers and shutdown do not use up retries;
-    /// - a retry gets `not_before = now() + delay`, so no one claims it before then.
+    /// - a retry gets `not_before = now() + delay`, so no one claims it before then;
+    /// - a row written `sent` whose `opted_out_at` is set by now (the opt-out raced the request
+    ///   in flight) is counted in `campaign_sender_sent_after_optout_total`: it should stay 0.
     pub async fn finish(
         &self,
         claim_id: Uuid,
@@ -352,6 +378,7 @@ impl Store {
                AND t.member_id = r.member_id
                AND t.state = 'sending'
                AND t.claim_id = $2
+            RETURNING r.state = 'sent' AND t.opted_out_at IS NOT NULL
             "#,
         )
         .bind(&self.campaign_id)
@@ -362,10 +389,13 @@ impl Store {
         .bind(&delays)
         .bind(&statuses)
         .bind(&errors)
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
-        Ok(written)
+        .fetch_all(&self.pool)
+        .await?;
+        let after_optout = written.iter().filter(|r| r.get::<bool, _>(0)).count();
+        if after_optout > 0 {
+            crate::metrics::sent_after_optout(after_optout as u64);
+        }
+        Ok(written.len() as u64)
     }
 
     /// Work left. Uses the work-set index only.

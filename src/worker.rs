@@ -206,14 +206,80 @@ impl Worker {
     /// Runs until done, deadline, failure threshold or cancellation; always returns a report
     /// unless the database stayed unreachable longer than the outage limit.
     pub async fn run(&self, cancel: CancellationToken) -> Result<RunReport, RunError> {
+        self.start_coordinator();
+        let report = self.run_once(&cancel, self.cfg.deadline()).await;
+        self.stop_coordinator().await;
+        report
+    }
+
+    /// The long-running mode (`campaign-sender serve`, a Deployment): no deadline; when the
+    /// campaign is done it idles — one backlog query per `IDLE_POLL_MS`, no share of the rate
+    /// limit held — and starts again when rows appear. Ends on `cancel` (exit 0: a pod being
+    /// scaled in is not a failure) or when permanent failures cross the threshold (exit 2).
+    /// Each pass that finishes the work logs its report.
+    pub async fn serve(&self, cancel: CancellationToken) -> Result<RunReport, RunError> {
+        self.start_coordinator();
+        let result = async {
+            loop {
+                let mut report = self.run_once(&cancel, None).await?;
+                match report.reason {
+                    StopReason::Done => {
+                        info!(
+                            worker = %self.name,
+                            sent = report.campaign.sent,
+                            failed = report.campaign.failed,
+                            "campaign done; idling until new rows arrive"
+                        );
+                        self.signals.set_busy(false);
+                        if !self.idle_until_work(&cancel).await? {
+                            report.reason = StopReason::Signal;
+                            report.exit_code = crate::report::exit::DONE;
+                            return Ok(report);
+                        }
+                    }
+                    StopReason::Signal => {
+                        if report.exit_code != crate::report::exit::TOO_MANY_FAILURES {
+                            report.exit_code = crate::report::exit::DONE;
+                        }
+                        return Ok(report);
+                    }
+                    _ => return Ok(report),
+                }
+            }
+        }
+        .await;
+        self.stop_coordinator().await;
+        result
+    }
+
+    /// Waits until the campaign has work again (true) or `cancel` fires (false).
+    async fn idle_until_work(&self, cancel: &CancellationToken) -> Result<bool, RunError> {
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return Ok(false),
+                _ = tokio::time::sleep(self.cfg.idle_poll()) => {}
+            }
+            let rem = self.retrying(|| self.store.remaining()).await?;
+            m::backlog(&rem, None);
+            if rem.total() > 0 {
+                return Ok(true);
+            }
+        }
+    }
+
+    /// One pass of the pipeline until done, `deadline`, the failure threshold or `cancel`.
+    async fn run_once(
+        &self,
+        cancel: &CancellationToken,
+        deadline: Option<Duration>,
+    ) -> Result<RunReport, RunError> {
         let started = Instant::now();
         let total = self.retrying(|| self.store.counts()).await?.total;
         let failure_budget = (total as f64 * self.cfg.max_permanent_failure_ratio).floor() as i64;
         info!(worker = %self.name, campaign = %self.store.campaign_id(), total, "run started");
 
-        self.start_coordinator();
         let p = Pipeline::new(self, cancel.child_token(), false, failure_budget);
-        let deadline_guard = self.cfg.deadline().map(|d| {
+        let deadline_guard = deadline.map(|d| {
             let stop = p.stop.clone();
             tokio::spawn(async move {
                 tokio::time::sleep_until(started + d).await;
@@ -221,7 +287,6 @@ impl Worker {
             })
         });
         p.drive().await;
-        self.stop_coordinator().await;
         if let Some(g) = deadline_guard {
             g.abort();
         }
@@ -373,6 +438,7 @@ impl<'a> Pipeline<'a> {
                         return None;
                     }
                 };
+                m::backlog(&rem, None);
                 if self.one_batch {
                     return Some(rem);
                 }
@@ -402,6 +468,7 @@ impl<'a> Pipeline<'a> {
                 let mut stats = self.w.stats.lock().expect("stats");
                 stats.batches += 1;
                 stats.claimed += n as u64;
+                m::claimed(n, batch.reclaimed);
             }
             self.held.lock().expect("lock").insert(
                 batch.claim_id,
@@ -564,6 +631,7 @@ impl<'a> Pipeline<'a> {
         // Stopping (or all input handed out): release whatever was not started, including rows
         // the claimer still pushes until it sees the stop.
         let mut release = |(claim_id, row): (Uuid, ClaimedRow)| {
+            m::released(1);
             let _ = res.send(Outcome::Row {
                 claim_id,
                 member_id: row.member_id,
@@ -639,6 +707,7 @@ impl<'a> Pipeline<'a> {
                     }
                     Some(Outcome::Lost { claim_id, member_id }) => {
                         self.w.stats.lock().expect("stats").stale_writes += 1;
+                        m::stale_writes(1);
                         self.forget(claim_id, &[member_id]);
                         false
                     }
@@ -699,7 +768,10 @@ impl<'a> Pipeline<'a> {
             self.forget(claim_id, &ids);
             let mut s = self.w.stats.lock().expect("stats");
             match written {
-                Some(w) => s.stale_writes += results.len() as u64 - w,
+                Some(w) => {
+                    s.stale_writes += results.len() as u64 - w;
+                    m::stale_writes(results.len() as u64 - w);
+                }
                 None => s.finish_errors += 1,
             }
         }
@@ -739,6 +811,14 @@ impl<'a> Pipeline<'a> {
                 _ = tick.tick() => {}
                 _ = done.cancelled() => return,
             }
+            // The backlog gauges, for dashboards and KEDA-independent alerts: two cheap counts on
+            // partial indexes.
+            if let (Ok(rem), Ok(failed)) = (
+                self.w.store.remaining().await,
+                self.w.store.failed_count().await,
+            ) {
+                m::backlog(&rem, Some(failed));
+            }
             let rows: Vec<(i64, Uuid)> = self
                 .held
                 .lock()
@@ -753,6 +833,7 @@ impl<'a> Pipeline<'a> {
                 Ok(n) => {
                     let mut s = self.w.stats.lock().expect("stats");
                     s.leases_renewed += n;
+                    m::leases_renewed(n);
                     debug!(held = rows.len(), renewed = n, "leases renewed");
                 }
                 Err(e) => {

@@ -7,6 +7,8 @@ mod helpers;
 mod claim;
 mod e2e;
 mod exit_codes;
+mod manifests;
 mod migrate;
 mod rate_share;
 mod sending;
+mod serve;

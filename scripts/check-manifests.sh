@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Validates manifests/ without a cluster (CI runs it):
+#  1. every overlay and monitoring/ renders with `kubectl kustomize`;
+#  2. the built-in kinds validate strictly against Kubernetes 1.30 (`kubernetes-validate --strict`
+#     rejects misspelt fields; the example Secret is validated too);
+#  3. KEDA and Prometheus Operator objects validate against their upstream CRDs
+#     (../shared/crds, unknown fields rejected: scripts/validate-crds.py);
+#  4. the PrometheusRule expressions parse (`promtool check rules`).
+# The contracts between manifests and code (variables, exit codes, ports, metric names) are
+# tests in tests/it/manifests.rs. Installs kubernetes-validate (PyPI) and promtool (Debian's
+# prometheus package) when missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+crds=${CRD_DIR:-../shared/crds}
+k8s_version=1.30.0
+
+command -v kubectl >/dev/null || { echo "check-manifests: kubectl is needed (for kustomize)" >&2; exit 1; }
+command -v kubernetes-validate >/dev/null || pip install -q kubernetes-validate
+python3 -c 'import jsonschema, yaml' 2>/dev/null || pip install -q jsonschema pyyaml
+if ! command -v promtool >/dev/null; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  else
+    echo "check-manifests: promtool missing; install the 'prometheus' package" >&2; exit 1
+  fi
+fi
+[ -d "$crds" ] || { echo "check-manifests: no CRDs at $crds (set CRD_DIR)" >&2; exit 1; }
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+status=0
+for dir in overlays/indexed-job overlays/cronjob overlays/deployment monitoring; do
+  out="$tmp/$(echo "$dir" | tr / -).yaml"
+  echo "== $dir"
+  kubectl kustomize "manifests/$dir" >"$out"
+  # Built-in kinds; CRD kinds are only warned about here and checked below.
+  kubernetes-validate -k "$k8s_version" --strict --quiet "$out" || status=1
+  python3 scripts/validate-crds.py "$crds" <"$out" || status=1
+done
+echo "== base/secret.example.yaml"
+kubernetes-validate -k "$k8s_version" --strict --quiet manifests/base/secret.example.yaml || status=1
+
+echo "== promtool check rules"
+python3 - "$tmp/rules.yaml" <<'PY'
+import sys, yaml
+rule = yaml.safe_load(open("manifests/monitoring/prometheusrule.yaml"))
+yaml.safe_dump({"groups": rule["spec"]["groups"]}, open(sys.argv[1], "w"))
+PY
+promtool check rules "$tmp/rules.yaml" || status=1
+[ "$status" = 0 ] && echo "check-manifests: all valid" || echo "check-manifests: FAILED" >&2
+exit "$status"

@@ -1,0 +1,251 @@
+//! Contracts between the Kubernetes manifests (`manifests/`) and the code: what the YAML says
+//! about variables, exit codes, ports, subcommands, deadlines and metric names must be what the
+//! binary does. (Schema validation of the YAML itself is `scripts/check-manifests.sh`.)
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use campaign_sender::config::known_variables;
+use campaign_sender::metrics;
+use campaign_sender::report::exit;
+use serde_yaml::Value;
+
+fn load(path: &str) -> Value {
+    let full = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    let text = std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{path}: {e}"));
+    serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn at<'a>(v: &'a Value, path: &str) -> &'a Value {
+    path.split('.').fold(v, |v, k| match k.parse::<usize>() {
+        Ok(i) => &v[i],
+        Err(_) => &v[k],
+    })
+}
+
+fn int(v: &Value, path: &str) -> i64 {
+    at(v, path)
+        .as_i64()
+        .unwrap_or_else(|| panic!("{path} is not an integer"))
+}
+
+fn configmap() -> Value {
+    load("manifests/base/configmap.yaml")
+}
+
+fn setting(key: &str) -> String {
+    at(&configmap(), &format!("data.{key}"))
+        .as_str()
+        .unwrap_or_else(|| panic!("ConfigMap has no {key}"))
+        .to_string()
+}
+
+/// (file, path to the pod spec) of every worker pod template.
+const WORKERS: &[(&str, &str)] = &[
+    (
+        "manifests/overlays/indexed-job/job.yaml",
+        "spec.template.spec",
+    ),
+    (
+        "manifests/overlays/cronjob/cronjob.yaml",
+        "spec.jobTemplate.spec.template.spec",
+    ),
+    (
+        "manifests/overlays/deployment/deployment.yaml",
+        "spec.template.spec",
+    ),
+];
+
+#[test]
+fn every_configmap_key_is_a_variable_the_binary_reads() {
+    let known: BTreeSet<String> = known_variables().into_iter().collect();
+    let cm = configmap();
+    let keys: Vec<&str> = at(&cm, "data")
+        .as_mapping()
+        .unwrap()
+        .keys()
+        .map(|k| k.as_str().unwrap())
+        .collect();
+    assert!(keys.len() > 20, "{keys:?}");
+    for k in keys {
+        assert!(
+            known.contains(k),
+            "ConfigMap sets {k}, which the binary never reads"
+        );
+    }
+    // And the ConfigMap's values are valid: the binary accepts them as they are.
+    let mut vars: Vec<(String, String)> = at(&cm, "data")
+        .as_mapping()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().unwrap().to_string(),
+                v.as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    vars.push(("DATABASE_URL".into(), "postgres://u@h/db".into()));
+    campaign_sender::config::RunConfig::from_vars(vars.clone()).expect("ConfigMap is valid");
+    campaign_sender::config::DbConfig::from_vars(vars).expect("ConfigMap is valid");
+}
+
+#[test]
+fn the_pod_failure_policy_fails_the_job_on_exactly_the_codes_a_person_must_act_on() {
+    let job = load("manifests/overlays/indexed-job/job.yaml");
+    let rules = at(&job, "spec.podFailurePolicy.rules")
+        .as_sequence()
+        .unwrap();
+    let fail: BTreeSet<i64> = rules
+        .iter()
+        .filter(|r| r["action"] == "FailJob")
+        .flat_map(|r| r["onExitCodes"]["values"].as_sequence().unwrap().clone())
+        .map(|v| v.as_i64().unwrap())
+        .collect();
+    let expected: BTreeSet<i64> = [exit::TOO_MANY_FAILURES, exit::CONFIG]
+        .iter()
+        .map(|c| *c as i64)
+        .collect();
+    assert_eq!(fail, expected);
+    // Retryable codes are not in it: a retry of the index continues the campaign.
+    for code in [exit::INCOMPLETE, exit::DATABASE_UNAVAILABLE] {
+        assert!(!fail.contains(&(code as i64)));
+    }
+    let container = at(
+        &job,
+        "spec.podFailurePolicy.rules.0.onExitCodes.containerName",
+    );
+    assert_eq!(container, at(&job, "spec.template.spec.containers.0.name"));
+    assert_eq!(
+        at(&job, "spec.template.spec.restartPolicy"),
+        "Never",
+        "podFailurePolicy needs restartPolicy Never"
+    );
+}
+
+#[test]
+fn the_cronjob_runs_exactly_the_indexed_job_at_two_in_tokyo() {
+    let job = load("manifests/overlays/indexed-job/job.yaml");
+    let cron = load("manifests/overlays/cronjob/cronjob.yaml");
+    assert_eq!(at(&cron, "spec.jobTemplate.spec"), at(&job, "spec"));
+    assert_eq!(at(&cron, "spec.schedule"), "0 2 * * *");
+    assert_eq!(at(&cron, "spec.timeZone"), "Asia/Tokyo");
+    assert_eq!(at(&cron, "spec.concurrencyPolicy"), "Forbid");
+    assert_eq!(
+        (int(&job, "spec.completions"), int(&job, "spec.parallelism")),
+        (4, 4)
+    );
+    assert_eq!(at(&job, "spec.completionMode"), "Indexed");
+}
+
+#[test]
+fn deadlines_and_grace_periods_nest_the_way_the_app_expects() {
+    let job = load("manifests/overlays/indexed-job/job.yaml");
+    let deadline_s: i64 = setting("DEADLINE_S").parse().unwrap();
+    let request_s = (setting("CONNECT_TIMEOUT_MS").parse::<i64>().unwrap()
+        + setting("READ_TIMEOUT_MS").parse::<i64>().unwrap())
+        / 1000;
+    for (file, spec) in WORKERS {
+        let v = load(file);
+        let grace = int(&v, &format!("{spec}.terminationGracePeriodSeconds"));
+        // In-flight requests end within the request timeout, then a write and a release.
+        assert!(grace >= request_s + 5, "{file}: grace {grace} s");
+    }
+    let grace = int(&job, "spec.template.spec.terminationGracePeriodSeconds");
+    // The app stops itself at DEADLINE_S; the Job's deadline is the last resort above it.
+    assert!(int(&job, "spec.activeDeadlineSeconds") >= deadline_s + grace);
+}
+
+#[test]
+fn pods_run_real_subcommands_and_expose_the_metrics_port_the_app_listens_on() {
+    use clap::Parser;
+    let port: u16 = setting("METRICS_ADDR")
+        .parse::<std::net::SocketAddr>()
+        .unwrap()
+        .port();
+    let mut subcommands = Vec::new();
+    for (file, spec) in WORKERS {
+        let v = load(file);
+        let c = at(&v, &format!("{spec}.containers.0"));
+        let args: Vec<String> = c["args"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_string())
+            .collect();
+        campaign_sender::cli::Cli::try_parse_from(
+            std::iter::once("campaign-sender".to_string()).chain(args.clone()),
+        )
+        .unwrap_or_else(|e| panic!("{file}: {args:?}: {e}"));
+        subcommands.push(args.join(" "));
+        assert_eq!(int(c, "ports.0.containerPort"), port as i64, "{file}");
+        assert_eq!(c["ports"][0]["name"], "metrics", "{file}");
+        for probe in ["livenessProbe", "readinessProbe"] {
+            assert_eq!(c[probe]["httpGet"]["port"], "metrics", "{file} {probe}");
+        }
+        // Memory limit is set (the measured RSS is the reason it is small).
+        assert!(
+            c["resources"]["limits"]["memory"].as_str().is_some(),
+            "{file}"
+        );
+        assert_eq!(
+            c["securityContext"]["readOnlyRootFilesystem"], true,
+            "{file}"
+        );
+    }
+    assert_eq!(subcommands, ["run", "run", "serve"]);
+    let pm = load("manifests/monitoring/podmonitor.yaml");
+    assert_eq!(at(&pm, "spec.podMetricsEndpoints.0.port"), "metrics");
+    let np = load("manifests/base/networkpolicy.yaml");
+    assert_eq!(int(&np, "spec.ingress.0.ports.0.port"), port as i64);
+    let migrate = load("manifests/base/migrate-job.yaml");
+    assert_eq!(
+        at(&migrate, "spec.template.spec.containers.0.args.0"),
+        "migrate"
+    );
+}
+
+#[test]
+fn alerts_and_the_dashboard_use_only_metrics_the_app_records() {
+    let known: BTreeSet<&str> = metrics::ALL.iter().copied().collect();
+    let rules = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/monitoring/prometheusrule.yaml"),
+    )
+    .unwrap();
+    let dashboard = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/monitoring/dashboard.json"),
+    )
+    .unwrap();
+    let mut used = BTreeSet::new();
+    for text in [&rules, &dashboard] {
+        let mut rest = text.as_str();
+        while let Some(i) = rest.find("campaign_sender_") {
+            let name: String = rest[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            rest = &rest[i + name.len()..];
+            let base = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| name.strip_suffix(s))
+                .unwrap_or(&name)
+                .to_string();
+            used.insert(base);
+        }
+    }
+    assert!(used.len() >= 10, "{used:?}");
+    for name in &used {
+        assert!(
+            known.contains(name.as_str()),
+            "{name} is used by an alert or the dashboard but never recorded"
+        );
+    }
+    // The KEDA backlog query is the work set of this campaign.
+    let so = load("manifests/overlays/deployment/scaledobject.yaml");
+    let q = at(&so, "spec.triggers.0.metadata.query").as_str().unwrap();
+    assert!(
+        q.contains(&format!("campaign_id = '{}'", setting("CAMPAIGN_ID"))),
+        "{q}"
+    );
+    assert!(q.contains("state IN ('pending', 'sending')") && q.contains("opted_out_at IS NULL"));
+}

@@ -1,0 +1,159 @@
+//! The long-running mode (`campaign-sender serve`, the Deployment) and the wait for the schema.
+
+use std::time::Duration;
+
+use campaign_sender::fake_provider::FakeConfig;
+use sqlx::PgPool;
+
+use crate::helpers::*;
+
+fn env<'a>(mail_url: &'a str) -> Vec<(&'a str, &'a str)> {
+    vec![
+        ("CAMPAIGN_ID", CAMPAIGN),
+        ("MAIL_URL", mail_url),
+        ("WORKER_ID", "serve-0"),
+        ("MAIL_RATE_PER_S", "2000"),
+        ("SEND_CONCURRENCY", "16"),
+        ("LEASE_S", "4"),
+        ("CONNECT_TIMEOUT_MS", "500"),
+        ("READ_TIMEOUT_MS", "500"),
+        ("IDLE_POLL_MS", "100"),
+        // serve ignores the deadline: it must still be running after it.
+        ("DEADLINE_S", "1"),
+    ]
+}
+
+async fn wait_delivered(p: &TestProvider, n: u64) {
+    let t0 = std::time::Instant::now();
+    while p.fake.stats().delivered < n {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "delivered {} of {n}",
+            p.fake.stats().delivered
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn serve_idles_when_done_sends_rows_that_arrive_later_and_exits_0_on_sigterm(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 300).await;
+    let p = provider(FakeConfig::default()).await;
+    let db = database_url(&pool).await;
+    let child = spawn_sender(&["serve"], &db, &env(&p.url));
+    wait_delivered(&p, 300).await;
+    // Past DEADLINE_S and done: still running, holding no share of the rate limit.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let weight: f64 = sqlx::query_scalar(
+        "SELECT weight FROM rate_pods WHERE worker = 'serve-0' AND expires_at > clock_timestamp()",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(weight, 0.0, "an idle pod holds capacity");
+    // Another system adds rows: they are sent without a restart.
+    sqlx::query(
+        "INSERT INTO campaign_targets (campaign_id, member_id, email)
+         SELECT $1, g, 'late' || g || '@example.com' FROM generate_series(1001, 1100) g",
+    )
+    .bind(CAMPAIGN)
+    .execute(&pool)
+    .await
+    .unwrap();
+    wait_delivered(&p, 400).await;
+    let pid = child.id().expect("running").to_string();
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    let (code, out, err) = finish(child, Duration::from_secs(20)).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert_eq!(states(&pool).await.get("sent"), Some(&400));
+    assert_eq!(p.fake.stats().members_delivered_more_than_once, 0);
+}
+
+#[sqlx::test(migrations = false)]
+async fn run_waits_for_the_schema_and_gives_75_when_it_never_comes(pool: PgPool) {
+    // No migrations at all in this database (the migrate Job has not run).
+    let db = database_url(&pool).await;
+    let mut e = env("http://127.0.0.1:9/v1/send");
+    e.push(("DB_CONNECT_RETRY_S", "2"));
+    let t0 = std::time::Instant::now();
+    let (code, _, err) = finish(spawn_sender(&["run"], &db, &e), Duration::from_secs(20)).await;
+    assert_eq!(code, 75, "{err}");
+    assert!(t0.elapsed() >= Duration::from_secs(2), "did not wait");
+    assert!(err.contains("campaign-sender migrate"), "{err}");
+}
+
+#[sqlx::test(migrations = false)]
+async fn a_worker_started_before_the_migration_starts_sending_once_it_lands(pool: PgPool) {
+    // `serve`, so that the moment the rows are inserted after the migration cannot race with a
+    // `run` that would find an empty campaign and finish.
+    let p = provider(FakeConfig::default()).await;
+    let db = database_url(&pool).await;
+    let mut e = env(&p.url);
+    e.push(("DB_CONNECT_RETRY_S", "30"));
+    let child = spawn_sender(&["serve"], &db, &e);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    campaign_sender::store::MIGRATOR.run(&pool).await.unwrap();
+    seed(&pool, CAMPAIGN, 100).await;
+    wait_delivered(&p, 100).await;
+    let pid = child.id().expect("running").to_string();
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    let (code, out, err) = finish(child, Duration::from_secs(20)).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(err.contains("waiting for the schema"), "{err}");
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn metrics_are_served_with_the_documented_names_and_no_personal_data(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 200).await;
+    let p = provider(FakeConfig::default()).await;
+    let db = database_url(&pool).await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut e = env(&p.url);
+    e.push(("METRICS_ADDR", &addr));
+    let child = spawn_sender(&["serve"], &db, &e);
+    wait_delivered(&p, 200).await;
+    // The backlog gauges are sampled when the claimer finds nothing left.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let body = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for name in [
+        "campaign_sender_sends_total{worker=\"serve-0\",outcome=\"sent\"} 200",
+        "campaign_sender_requests_total",
+        "campaign_sender_send_duration_seconds_bucket",
+        "campaign_sender_rate_share_per_second",
+        "campaign_sender_rate_limit_per_second",
+        "campaign_sender_batches_claimed_total",
+        "campaign_sender_rows_claimed_total",
+        "campaign_sender_backlog_rows{worker=\"serve-0\",state=\"ready\"} 0",
+        "campaign_sender_pacer_wait_seconds",
+    ] {
+        assert!(body.contains(name), "{name} missing from:\n{body}");
+    }
+    assert!(!body.contains("@example.com"), "an address in the metrics");
+    assert!(
+        !body.contains("member_id"),
+        "a member id label in the metrics"
+    );
+    let pid = child.id().expect("running").to_string();
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    let (code, _, err) = finish(child, Duration::from_secs(20)).await;
+    assert_eq!(code, 0, "{err}");
+}
