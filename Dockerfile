@@ -4,7 +4,8 @@
 #   docker build -t campaign-sender:0.1.0 .
 #
 # Stage 1: dependencies only, so a source change does not rebuild them.
-FROM rust:1.85-slim-bookworm AS deps
+# The toolchain the project is built and tested with (Cargo.lock needs it).
+FROM rust:1.95-slim-bookworm AS deps
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 # Stub targets with the manifest's paths, to build and cache the dependency graph.

@@ -34,7 +34,7 @@ mutations=(
   "rate share: a 429 pauses only its own pod|src/rate_share.rs|self.pacer.pause_until(Instant::now() + left);|let _ = left;|fleet"
   "rate share: leaving keeps sending|src/rate_share.rs|    async fn leave(&self) {
         self.pacer.revoke();|    async fn leave(&self) {|fleet"
-  "pacer: a lapsed share still sends|src/pacer.rs|(Some(l), Some(v)) if v > now => l.clone(),|(Some(l), Some(_)) => l.clone(),|unit"
+  "pacer: a share never lapses|src/pacer.rs|s.valid_until = Some(valid_until);|s.valid_until = Some(valid_until + Duration::from_secs(3600));|unit"
 )
 
 survived=0

@@ -23,6 +23,16 @@ fn env<'a>(mail_url: &'a str) -> Vec<(&'a str, &'a str)> {
     ]
 }
 
+/// SIGTERM, as Kubernetes sends on scale-in; then (exit code, stdout, stderr).
+async fn terminate(child: tokio::process::Child) -> (i32, String, String) {
+    let pid = child.id().expect("running").to_string();
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    finish(child, Duration::from_secs(20)).await
+}
+
 async fn wait_delivered(p: &TestProvider, n: u64) {
     let t0 = std::time::Instant::now();
     while p.fake.stats().delivered < n {
@@ -61,12 +71,7 @@ async fn serve_idles_when_done_sends_rows_that_arrive_later_and_exits_0_on_sigte
     .await
     .unwrap();
     wait_delivered(&p, 400).await;
-    let pid = child.id().expect("running").to_string();
-    std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    let (code, out, err) = finish(child, Duration::from_secs(20)).await;
+    let (code, out, err) = terminate(child).await;
     assert_eq!(code, 0, "{out}\n{err}");
     assert_eq!(states(&pool).await.get("sent"), Some(&400));
     assert_eq!(p.fake.stats().members_delivered_more_than_once, 0);
@@ -98,12 +103,7 @@ async fn a_worker_started_before_the_migration_starts_sending_once_it_lands(pool
     campaign_sender::store::MIGRATOR.run(&pool).await.unwrap();
     seed(&pool, CAMPAIGN, 100).await;
     wait_delivered(&p, 100).await;
-    let pid = child.id().expect("running").to_string();
-    std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    let (code, out, err) = finish(child, Duration::from_secs(20)).await;
+    let (code, out, err) = terminate(child).await;
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(err.contains("waiting for the schema"), "{err}");
 }
@@ -149,11 +149,6 @@ async fn metrics_are_served_with_the_documented_names_and_no_personal_data(pool:
         !body.contains("member_id"),
         "a member id label in the metrics"
     );
-    let pid = child.id().expect("running").to_string();
-    std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    let (code, _, err) = finish(child, Duration::from_secs(20)).await;
+    let (code, _, err) = terminate(child).await;
     assert_eq!(code, 0, "{err}");
 }
