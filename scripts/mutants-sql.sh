@@ -16,7 +16,8 @@ cleanup() {
 trap cleanup EXIT
 
 # name | file | old text | new text (exact, must occur exactly once) [| which tests: `unit` runs
-# only the library's unit tests, `fleet` the unit tests and tests/it/rate_share.rs; default all]
+# only the library's unit tests, `fleet` the unit tests and tests/it/rate_share.rs, `serve`
+# tests/it/serve.rs; default all]
 mutations=(
   "claim without SKIP LOCKED|src/store.rs|  FOR UPDATE SKIP LOCKED|  FOR UPDATE"
   "finish without the claim_id fence|src/store.rs|AND t.claim_id = \$2|AND \$2::uuid IS NOT NULL"
@@ -34,6 +35,7 @@ mutations=(
   "rate share: a 429 pauses only its own pod|src/rate_share.rs|self.pacer.pause_until(Instant::now() + left);|let _ = left;|fleet"
   "rate share: leaving keeps sending|src/rate_share.rs|    async fn leave(&self) {
         self.pacer.revoke();|    async fn leave(&self) {|fleet"
+  "rate share: an idle pod keeps its share|src/worker.rs|                    .set_busy(self.queued.load(Ordering::SeqCst) > 0);|                    .set_busy(true);|serve"
   "pacer: a share never lapses|src/pacer.rs|s.valid_until = Some(valid_until);|s.valid_until = Some(valid_until + Duration::from_secs(3600));|unit"
 )
 
@@ -55,6 +57,7 @@ PY
   case "$scope" in
     unit) tests=(--lib) ;;
     fleet) tests=(--lib --test it -- rate_share) ;;
+    serve) tests=(--test it -- serve::) ;;
     *) tests=(--lib --test it) ;;
   esac
   out=$(cargo test --locked -q "${tests[@]}" 2>&1 || true)

@@ -230,7 +230,8 @@ impl Worker {
                             failed = report.campaign.failed,
                             "campaign done; idling until new rows arrive"
                         );
-                        self.signals.set_busy(false);
+                        // The claimer already gave the share back (nothing claimable, nothing
+                        // queued), so idling holds no capacity.
                         if !self.idle_until_work(&cancel).await? {
                             report.reason = StopReason::Signal;
                             report.exit_code = crate::report::exit::DONE;
