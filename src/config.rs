@@ -205,6 +205,11 @@ pub struct RunConfig {
     /// leased rows remain.
     #[serde(default = "defaults::idle_poll_ms")]
     pub idle_poll_ms: u64,
+    /// `PAUSE_POLL_MS` (default 250, at most 1000): how often a running pod looks at the
+    /// campaign's kill switch (`campaign-sender pause`). A pause is obeyed within this plus one
+    /// query: no claim and no new send after that.
+    #[serde(default = "defaults::pause_poll_ms")]
+    pub pause_poll_ms: u64,
     /// `WORKER_ID` (default `worker-{JOB_COMPLETION_INDEX}`, else `$HOSTNAME`, else `worker`):
     /// names this process in logs and reports.
     #[serde(default)]
@@ -277,6 +282,9 @@ mod defaults {
     }
     pub fn idle_poll_ms() -> u64 {
         1000
+    }
+    pub fn pause_poll_ms() -> u64 {
+        250
     }
 }
 
@@ -399,6 +407,13 @@ impl RunConfig {
         positive("READ_TIMEOUT_MS", self.read_timeout_ms)?;
         positive("OPTOUT_RECHECK_MS", self.optout_recheck_ms)?;
         positive("IDLE_POLL_MS", self.idle_poll_ms)?;
+        positive("PAUSE_POLL_MS", self.pause_poll_ms)?;
+        if self.pause_poll_ms > 1000 {
+            return Err(ConfigError::new(
+                "PAUSE_POLL_MS",
+                "must be at most 1000: a pause must be obeyed within a second",
+            ));
+        }
         if self.backoff_max_ms < self.backoff_base_ms {
             return Err(ConfigError::new(
                 "BACKOFF_MAX_MS",
@@ -477,6 +492,10 @@ impl RunConfig {
     }
     pub fn idle_poll(&self) -> Duration {
         Duration::from_millis(self.idle_poll_ms)
+    }
+
+    pub fn pause_poll(&self) -> Duration {
+        Duration::from_millis(self.pause_poll_ms)
     }
 }
 

@@ -4,7 +4,7 @@
 //! # Layout
 //! - [`config`]: typed environment configuration, defaults, validation (exit 78), [`config::Secret`].
 //! - [`store`]: every SQL statement on `campaign_targets` (claim, re-check, fenced finish,
-//!   counts) with the invariant each keeps; migrations are embedded from `migrations/`.
+//!   counts, progress, failure reasons, retry-failed) with the invariant each keeps; migrations are embedded from `migrations/`.
 //! - [`provider`]: the HTTP client for the provider contract (idempotency key, timeouts).
 //! - [`rate_share`]: one provider limit for the whole fleet: pods register in PostgreSQL and
 //!   each takes a share under a handover rule; AIMD and a fleet-wide pause on 429.
@@ -18,18 +18,26 @@
 //! - [`telemetry`]: tracing setup (JSON in pods).
 //! - [`fake_provider`]: an in-process or standalone provider with the real contract, rate
 //!   limit, faults and statistics, for tests and load runs.
+//! - [`campaign`]: the optional per-campaign settings row and the fleet-wide kill switch.
+//! - [`import`]: CSV → `COPY` → checks → idempotent insert, in one transaction.
+//! - [`status`]: what `status` shows (counts, rate, ETA, pause, pods, failure reasons).
+//! - [`operator`]: the operator commands' terminal side (progress, output, exit codes).
 //! - [`cli`]: the `campaign-sender` subcommands.
 
+pub mod campaign;
 pub mod cli;
 pub mod config;
 pub mod fake_provider;
+pub mod import;
 pub mod metrics;
+pub mod operator;
 pub mod outcome;
 pub mod pacer;
 pub mod provider;
 pub mod rate_share;
 pub mod report;
 pub mod shutdown;
+pub mod status;
 pub mod store;
 pub mod telemetry;
 pub mod worker;

@@ -2,7 +2,8 @@
 //! database, and is never called inside a database transaction.
 //!
 //! Contract (the real provider's and `fake-provider`'s):
-//! `POST {MAIL_URL}` with `{"to": email, "member_id": id, "template": campaign_id}`,
+//! `POST {MAIL_URL}` with `{"to": email, "member_id": id, "template": template}` (the
+//! template of the campaign's settings row, else the campaign id),
 //! `Idempotency-Key: {campaign_id}:{member_id}` (the same on every attempt: the provider
 //! suppresses repeats for 24 h, which is what makes a re-send after a crash harmless), and
 //! `Authorization: Bearer {MAIL_API_KEY}` when a key is set.
@@ -66,7 +67,7 @@ impl Provider {
 
     /// One attempt for one recipient. `attempt` is for tracing only: the key never changes.
     #[tracing::instrument(name = "send", skip_all, fields(member_id, attempt))]
-    pub async fn send(&self, member_id: i64, attempt: i32, email: &str) -> Attempt {
+    pub async fn send(&self, member_id: i64, attempt: i32, email: &str, template: &str) -> Attempt {
         let _ = attempt;
         let mut req = self
             .client
@@ -78,7 +79,7 @@ impl Provider {
             .json(&SendBody {
                 to: email,
                 member_id,
-                template: &self.campaign_id,
+                template,
             });
         if let Some(key) = &self.api_key {
             req = req.bearer_auth(key.expose());

@@ -562,6 +562,56 @@ pub async fn members(pool: &PgPool, key: &str) -> Result<Vec<Member>, sqlx::Erro
         .collect())
 }
 
+/// The rate-limit keys a campaign's live pods send under, each with every live member of the
+/// key (other campaigns on the same provider account included: they share its limit).
+pub async fn limits_of_campaign(
+    pool: &PgPool,
+    campaign_id: &str,
+) -> Result<Vec<KeyState>, sqlx::Error> {
+    // language=PostgreSQL
+    let rows = sqlx::query(
+        r#"
+        SELECT l.limit_key, l.effective_per_s,
+               extract(epoch FROM l.paused_until - clock_timestamp())::float8,
+               (SELECT min(p.limit_per_s) FROM rate_pods p
+                 WHERE p.limit_key = l.limit_key AND p.expires_at > clock_timestamp())
+          FROM rate_limits l
+         WHERE l.limit_key IN (SELECT limit_key FROM rate_pods
+                                WHERE campaign_id = $1 AND expires_at > clock_timestamp())
+         ORDER BY l.limit_key
+        "#,
+    )
+    .bind(campaign_id)
+    .fetch_all(pool)
+    .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        let key: String = r.get(0);
+        let members = members(pool, &key).await?;
+        out.push(KeyState {
+            limit_per_s: r.get::<Option<f64>, _>(3).unwrap_or(0.0),
+            effective_per_s: r.get(1),
+            paused_for_s: r.get::<Option<f64>, _>(2).filter(|s| *s > 0.0),
+            key,
+            members,
+        });
+    }
+    Ok(out)
+}
+
+/// One limit key as `status` shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct KeyState {
+    pub key: String,
+    /// The configured limit (the smallest among live pods).
+    pub limit_per_s: f64,
+    /// After AIMD cuts on 429s.
+    pub effective_per_s: f64,
+    /// Seconds left of a fleet-wide pause after a 429.
+    pub paused_for_s: Option<f64>,
+    pub members: Vec<Member>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

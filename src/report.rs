@@ -19,6 +19,14 @@ pub mod exit {
     pub const INCOMPLETE: u8 = 1;
     /// Permanent failures above `MAX_PERMANENT_FAILURE_RATIO` of the campaign: a person must look.
     pub const TOO_MANY_FAILURES: u8 = 2;
+    /// The campaign is paused (`campaign-sender pause`): nothing was sent, or the run stopped
+    /// when the pause was seen. `campaign-sender resume` and a rerun continue. A Job fails on it
+    /// (podFailurePolicy) instead of retrying a pod that would stop again at once.
+    pub const PAUSED: u8 = 3;
+    /// `import`: the input has invalid or repeated lines, and nothing was imported.
+    pub const DATA_ERROR: u8 = 65;
+    /// `import`: the input file cannot be opened.
+    pub const NO_INPUT: u8 = 66;
     /// The database stayed unreachable (at start or mid-run) longer than `DB_CONNECT_RETRY_S`.
     pub const DATABASE_UNAVAILABLE: u8 = 75;
     /// Bad configuration; one line on stderr names the variable.
@@ -102,6 +110,8 @@ pub enum StopReason {
     Deadline,
     Signal,
     TooManyFailures,
+    /// The campaign's kill switch was on at the start or was turned on during the run.
+    Paused,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -176,6 +186,7 @@ pub fn exit_code(reason: StopReason, campaign: &CampaignCounts, failure_budget: 
     }
     match reason {
         StopReason::Done => exit::DONE,
+        StopReason::Paused => exit::PAUSED,
         _ => exit::INCOMPLETE,
     }
 }
@@ -202,6 +213,12 @@ mod tests {
         assert_eq!(exit_code(StopReason::Signal, &ok, 10), exit::INCOMPLETE);
         assert_eq!(
             exit_code(StopReason::TooManyFailures, &ok, 10),
+            exit::TOO_MANY_FAILURES
+        );
+        assert_eq!(exit_code(StopReason::Paused, &ok, 10), exit::PAUSED);
+        // An auto-pause (failures over the budget) is still "a person must look".
+        assert_eq!(
+            exit_code(StopReason::Paused, &c, 10),
             exit::TOO_MANY_FAILURES
         );
     }

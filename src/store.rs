@@ -438,8 +438,17 @@ impl Store {
         .await
     }
 
-    /// Counts by final state for the whole campaign (one scan of its rows; for reports).
+    /// Counts by final state for the whole campaign (one scan of its rows; for reports): the
+    /// counts of [`Store::progress`], so a report and `status` can never disagree.
     pub async fn counts(&self) -> Result<CampaignCounts, sqlx::Error> {
+        Ok(self.progress().await?.counts)
+    }
+
+    /// Everything `status` shows about the rows, in one scan of the campaign's rows.
+    ///
+    /// Invariants: opted out and not sent is not work (neither `pending` nor `sending`, but
+    /// `opted_out`); "sent recently" counts rows whose `sent_at` is in the last minute.
+    pub async fn progress(&self) -> Result<Progress, sqlx::Error> {
         // language=PostgreSQL
         let r = sqlx::query(
             r#"
@@ -448,7 +457,12 @@ impl Store {
                    count(*) FILTER (WHERE state = 'failed'),
                    count(*) FILTER (WHERE state = 'pending' AND opted_out_at IS NULL),
                    count(*) FILTER (WHERE state = 'sending' AND opted_out_at IS NULL),
-                   count(*) FILTER (WHERE opted_out_at IS NOT NULL AND state <> 'sent')
+                   count(*) FILTER (WHERE opted_out_at IS NOT NULL AND state <> 'sent'),
+                   count(*) FILTER (WHERE state = 'pending' AND opted_out_at IS NULL
+                                      AND not_before > now()),
+                   count(*) FILTER (WHERE state = 'sent' AND sent_at > now() - interval '1 minute'),
+                   extract(epoch FROM now() - min(sent_at) FILTER (
+                       WHERE state = 'sent' AND sent_at > now() - interval '1 minute'))::float8
               FROM campaign_targets
              WHERE campaign_id = $1
             "#,
@@ -456,13 +470,137 @@ impl Store {
         .bind(&self.campaign_id)
         .fetch_one(&self.pool)
         .await?;
-        Ok(CampaignCounts {
-            total: r.get(0),
-            sent: r.get(1),
-            failed: r.get(2),
-            pending: r.get(3),
-            sending: r.get(4),
-            opted_out: r.get(5),
+        Ok(Progress {
+            counts: CampaignCounts {
+                total: r.get(0),
+                sent: r.get(1),
+                failed: r.get(2),
+                pending: r.get(3),
+                sending: r.get(4),
+                opted_out: r.get(5),
+            },
+            retry_waiting: r.get(6),
+            sent_last_minute: r.get(7),
+            recent_window_s: r.get(8),
         })
     }
+
+    /// The most common (last provider status, error class) pairs among rows in `state`
+    /// (`failed`, or `pending` for rows waiting to retry), most frequent first.
+    ///
+    /// Invariant: only the short class and the status are stored per row (never a response
+    /// body), so nothing personal can surface here.
+    pub async fn reasons(&self, state: &str, limit: i64) -> Result<Vec<Reason>, sqlx::Error> {
+        // language=PostgreSQL
+        let rows = sqlx::query(
+            r#"
+            SELECT last_status, coalesce(last_error, 'unknown'), count(*)
+              FROM campaign_targets
+             WHERE campaign_id = $1
+               AND state = $2
+               AND ($2 <> 'pending' OR (attempts > 0 AND last_error IS NOT NULL
+                                        AND opted_out_at IS NULL))
+             GROUP BY 1, 2
+             ORDER BY 3 DESC, 1, 2
+             LIMIT $3
+            "#,
+        )
+        .bind(&self.campaign_id)
+        .bind(state)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| Reason {
+                status: r.get(0),
+                class: r.get(1),
+                count: r.get(2),
+            })
+            .collect())
+    }
+
+    /// `retry-failed`: puts the selected `failed` rows back to `pending` with their attempts
+    /// reset. Returns how many rows it moved (or, with `dry_run`, would move).
+    ///
+    /// Invariants:
+    /// - only `failed` rows of this campaign change — never a `sent`, `pending` or `sending`
+    ///   row, so a worker's claim is never disturbed;
+    /// - an opted-out row is never selected (it must not be mailed);
+    /// - the filters narrow (AND): any of `statuses`, any of `classes`, failed at or after
+    ///   `since`; empty filters select every failed row;
+    /// - the last status and class stay on the row until its next attempt overwrites them.
+    pub async fn retry_failed(
+        &self,
+        filter: &RetryFilter,
+        dry_run: bool,
+    ) -> Result<u64, sqlx::Error> {
+        // language=PostgreSQL
+        const SELECTED: &str = r#"
+              campaign_id = $1
+          AND state = 'failed'
+          AND opted_out_at IS NULL
+          AND (cardinality($2::int2[]) = 0 OR last_status = ANY($2))
+          AND (cardinality($3::text[]) = 0 OR last_error = ANY($3))
+          AND ($4::timestamptz IS NULL OR updated_at >= $4)
+        "#;
+        let statuses: Vec<i16> = filter.statuses.clone();
+        if dry_run {
+            let n: i64 = sqlx::query_scalar(&format!(
+                "SELECT count(*) FROM campaign_targets WHERE {SELECTED}"
+            ))
+            .bind(&self.campaign_id)
+            .bind(&statuses)
+            .bind(&filter.classes)
+            .bind(filter.since)
+            .fetch_one(&self.pool)
+            .await?;
+            return Ok(n as u64);
+        }
+        let n = sqlx::query(&format!(
+            "UPDATE campaign_targets
+                SET state = 'pending', attempts = 0, not_before = NULL, lease_until = NULL,
+                    updated_at = now()
+              WHERE {SELECTED}"
+        ))
+        .bind(&self.campaign_id)
+        .bind(&statuses)
+        .bind(&filter.classes)
+        .bind(filter.since)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok(n)
+    }
+}
+
+/// The rows side of `status`.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Progress {
+    pub counts: CampaignCounts,
+    /// `pending` rows in retry backoff.
+    pub retry_waiting: i64,
+    /// Rows that became `sent` in the last minute.
+    pub sent_last_minute: i64,
+    /// Seconds since the oldest of those (the window the rate is measured over).
+    pub recent_window_s: Option<f64>,
+}
+
+/// A count of rows by their last provider status and error class.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Reason {
+    pub status: Option<i16>,
+    pub class: String,
+    pub count: i64,
+}
+
+/// Which failed rows `retry-failed` selects.
+#[derive(Debug, Clone, Default)]
+pub struct RetryFilter {
+    /// Last provider status is one of these (empty: any).
+    pub statuses: Vec<i16>,
+    /// Error class is one of these, e.g. `rejected`, `invalid_email` (empty: any).
+    pub classes: Vec<String>,
+    /// Failed at or after this time.
+    pub since: Option<chrono::DateTime<chrono::Utc>>,
 }

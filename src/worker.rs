@@ -36,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 use uuid::Uuid;
 
+use crate::campaign;
 use crate::config::RunConfig;
 use crate::metrics as m;
 use crate::outcome::{plausible_email, resolve, Attempt, ErrorClass, Resolution, RetryPolicy};
@@ -93,6 +94,8 @@ enum Outcome {
 /// One run of the pipeline (a whole `run`, or a single `step`).
 struct Pipeline<'a> {
     w: &'a Worker,
+    /// The provider template (the settings row's, else the campaign id).
+    template: Arc<str>,
     /// Stop claiming and starting sends.
     stop: CancellationToken,
     one_batch: bool,
@@ -184,7 +187,16 @@ impl Worker {
         cancel: &CancellationToken,
     ) -> Result<Step, RunError> {
         self.start_coordinator();
-        let p = Pipeline::new(self, cancel.child_token(), true, i64::MAX);
+        let settings = self
+            .retrying(|| campaign::settings(self.store.pool(), self.store.campaign_id()))
+            .await?;
+        let p = Pipeline::new(
+            self,
+            settings.template.into(),
+            cancel.child_token(),
+            true,
+            i64::MAX,
+        );
         let timer = p.stop.clone();
         let guard = tokio::spawn(async move {
             tokio::time::sleep_until(stop_at).await;
@@ -238,6 +250,17 @@ impl Worker {
                             return Ok(report);
                         }
                     }
+                    StopReason::Paused
+                        if report.exit_code != crate::report::exit::TOO_MANY_FAILURES =>
+                    {
+                        // A Deployment's pod must not exit (it would be restarted in a loop):
+                        // it idles, holding no share, until the campaign is resumed.
+                        if !self.idle_while_paused(&cancel).await? {
+                            report.reason = StopReason::Signal;
+                            report.exit_code = crate::report::exit::DONE;
+                            return Ok(report);
+                        }
+                    }
                     StopReason::Signal => {
                         if report.exit_code != crate::report::exit::TOO_MANY_FAILURES {
                             report.exit_code = crate::report::exit::DONE;
@@ -251,6 +274,25 @@ impl Worker {
         .await;
         self.stop_coordinator().await;
         result
+    }
+
+    /// Waits until the campaign is resumed (true) or `cancel` fires (false).
+    async fn idle_while_paused(&self, cancel: &CancellationToken) -> Result<bool, RunError> {
+        info!(worker = %self.name, "campaign paused; idling until `campaign-sender resume`");
+        self.signals.set_busy(false);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return Ok(false),
+                _ = tokio::time::sleep(self.cfg.pause_poll()) => {}
+            }
+            let pause = self
+                .retrying(|| campaign::paused(self.store.pool(), self.store.campaign_id()))
+                .await?;
+            if pause.is_none() {
+                info!(worker = %self.name, "campaign resumed");
+                return Ok(true);
+            }
+        }
     }
 
     /// Waits until the campaign has work again (true) or `cancel` fires (false).
@@ -275,11 +317,37 @@ impl Worker {
         deadline: Option<Duration>,
     ) -> Result<RunReport, RunError> {
         let started = Instant::now();
-        let total = self.retrying(|| self.store.counts()).await?.total;
-        let failure_budget = (total as f64 * self.cfg.max_permanent_failure_ratio).floor() as i64;
-        info!(worker = %self.name, campaign = %self.store.campaign_id(), total, "run started");
+        let settings = self
+            .retrying(|| campaign::settings(self.store.pool(), self.store.campaign_id()))
+            .await?;
+        let counts = self.retrying(|| self.store.counts()).await?;
+        let ratio = settings
+            .max_permanent_failure_ratio
+            .unwrap_or(self.cfg.max_permanent_failure_ratio);
+        let failure_budget = (counts.total as f64 * ratio).floor() as i64;
+        if let Some(pause) = &settings.pause {
+            // The kill switch is on: claim nothing, send nothing.
+            warn!(worker = %self.name, campaign = %self.store.campaign_id(), paused_by = %pause.by,
+                  reason = pause.reason.as_deref().unwrap_or(""),
+                  "campaign is paused; nothing sent. `campaign-sender resume --campaign …` lifts it");
+            return Ok(RunReport::new(
+                self.name.clone(),
+                StopReason::Paused,
+                started.elapsed(),
+                self.stats(),
+                counts,
+                failure_budget,
+            ));
+        }
+        info!(worker = %self.name, campaign = %self.store.campaign_id(), total = counts.total, "run started");
 
-        let p = Pipeline::new(self, cancel.child_token(), false, failure_budget);
+        let p = Pipeline::new(
+            self,
+            settings.template.into(),
+            cancel.child_token(),
+            false,
+            failure_budget,
+        );
         let deadline_guard = deadline.map(|d| {
             let stop = p.stop.clone();
             tokio::spawn(async move {
@@ -296,7 +364,7 @@ impl Worker {
         }
         let recorded = *p.reason.lock().expect("lock");
         let reason = match recorded {
-            Some(r @ (StopReason::TooManyFailures | StopReason::Done)) => r,
+            Some(r @ (StopReason::TooManyFailures | StopReason::Done | StopReason::Paused)) => r,
             _ if cancel.is_cancelled() => StopReason::Signal,
             Some(r) => r,
             // The only other way the pipeline stops by itself.
@@ -340,9 +408,16 @@ impl Worker {
 }
 
 impl<'a> Pipeline<'a> {
-    fn new(w: &'a Worker, stop: CancellationToken, one_batch: bool, failure_budget: i64) -> Self {
+    fn new(
+        w: &'a Worker,
+        template: Arc<str>,
+        stop: CancellationToken,
+        one_batch: bool,
+        failure_budget: i64,
+    ) -> Self {
         Self {
             w,
+            template,
             stop,
             one_batch,
             failure_budget,
@@ -392,7 +467,7 @@ impl<'a> Pipeline<'a> {
         let (rows_tx, rows_rx) = mpsc::unbounded_channel();
         let (res_tx, res_rx) = mpsc::unbounded_channel();
         let flushed = CancellationToken::new();
-        let (empty, (), (), ()) = tokio::join!(
+        let (empty, (), (), (), ()) = tokio::join!(
             self.claimer(rows_tx),
             self.dispatcher(rows_rx, res_tx),
             async {
@@ -400,8 +475,37 @@ impl<'a> Pipeline<'a> {
                 flushed.cancel();
             },
             self.heartbeat(flushed.clone()),
+            self.pause_watch(flushed.clone()),
         );
         empty
+    }
+
+    /// The kill switch: every `PAUSE_POLL_MS` looks at the campaign's pause and, once it is on,
+    /// stops the pipeline — the same stop as SIGTERM: no claim and no send starts after this,
+    /// in-flight requests finish, results are written and the rest is released.
+    async fn pause_watch(&self, done: CancellationToken) {
+        let mut tick = tokio::time::interval(self.cfg().pause_poll());
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = self.stop.cancelled() => return,
+                _ = done.cancelled() => return,
+            }
+            match campaign::paused(self.w.store.pool(), self.w.store.campaign_id()).await {
+                Ok(Some(pause)) => {
+                    warn!(worker = %self.w.name, paused_by = %pause.by,
+                          reason = pause.reason.as_deref().unwrap_or(""),
+                          "campaign paused; stopping: in-flight requests finish, the rest is released");
+                    self.set_reason(StopReason::Paused);
+                    self.stop.cancel();
+                    return;
+                }
+                Ok(None) => {}
+                // Sends need the database too (the gate's check), so an outage stops them anyway.
+                Err(e) => warn!(error = %e, "cannot read the campaign's pause; will retry"),
+            }
+        }
     }
 
     async fn claimer(&self, tx: mpsc::UnboundedSender<(Uuid, ClaimedRow)>) -> Option<Remaining> {
@@ -582,10 +686,16 @@ impl<'a> Pipeline<'a> {
                     }
                 }
             }
+            if self.stop.is_cancelled() {
+                // Stopped (a pause, SIGTERM) while waiting for the token or the check: no send
+                // starts after the stop; the row is released with the others below.
+                continue;
+            }
             let Some((claim_id, row)) = cleared.pop_front() else {
                 continue; // the whole chunk was held back; the token is simply unused
             };
             self.left_gate(1);
+            let template = self.template.clone();
             let provider = self.w.provider.clone();
             let policy = self.w.policy;
             let res = res.clone();
@@ -598,6 +708,7 @@ impl<'a> Pipeline<'a> {
                         row.member_id,
                         row.attempt,
                         row.email.as_deref().unwrap_or_default(),
+                        &template,
                     )
                     .await;
                 m::request(t0.elapsed());
@@ -734,10 +845,26 @@ impl<'a> Pipeline<'a> {
                             warn!(
                                 failed,
                                 budget = self.failure_budget,
-                                "permanent failures over the threshold; stopping"
+                                "permanent failures over the threshold; pausing the campaign and stopping"
                             );
                             self.set_reason(StopReason::TooManyFailures);
                             self.stop.cancel();
+                            // The whole fleet stops too, and `status` says why. Best effort: this
+                            // pod stops (exit 2) even if the pause cannot be written.
+                            let reason = format!(
+                                "{failed} permanent failures exceed the budget of {}; look at `status`, then `retry-failed` and `resume`",
+                                self.failure_budget
+                            );
+                            if let Err(e) = campaign::pause(
+                                self.w.store.pool(),
+                                self.w.store.campaign_id(),
+                                campaign::BY_AUTO,
+                                Some(&reason),
+                            )
+                            .await
+                            {
+                                warn!(error = %e, "could not pause the campaign; other pods stop at their own threshold check");
+                            }
                         }
                     }
                 }

@@ -9,6 +9,7 @@ mod e2e;
 mod exit_codes;
 mod manifests;
 mod migrate;
+mod operator;
 mod rate_share;
 mod sending;
 mod serve;

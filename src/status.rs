@@ -1,0 +1,256 @@
+//! `campaign-sender status`: where a campaign is, for a person at 2 a.m. or a script.
+//!
+//! One [`Status`] gathers: counts by state (opted out apart), the send rate over the last
+//! minute and the ETA at that rate, the kill switch (who paused and why), the live pods with
+//! their share of the fleet's rate limit, and the most common failure and retry reasons (the
+//! last provider status and error class stored per row). [`render`] draws it for a terminal,
+//! [`one_line`] for a log or a pipe; the struct itself serialises for `--json`.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::PgPool;
+
+use crate::campaign::{self, Pause};
+use crate::rate_share::{self, KeyState};
+use crate::store::{Progress, Reason, Store};
+
+/// Reasons listed per kind.
+pub const TOP_REASONS: i64 = 5;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    pub campaign_id: String,
+    pub at: DateTime<Utc>,
+    /// Whether the campaign exists at all (targets or a settings row).
+    pub known: bool,
+    #[serde(flatten)]
+    pub progress: Progress,
+    /// Rows still to settle: `pending` + `sending` (opted out excluded).
+    pub remaining: i64,
+    /// Deliveries per second over the last minute (or since the first delivery in it).
+    pub rate_per_s: f64,
+    /// Seconds to finish at that rate; `None` when nothing is being delivered.
+    pub eta_s: Option<f64>,
+    pub done: bool,
+    pub paused: Option<Pause>,
+    pub template: String,
+    /// `failed` rows allowed before a run stops with exit 2 (and pauses the campaign).
+    pub failure_budget: i64,
+    pub limits: Vec<KeyState>,
+    /// Top (status, class) among `failed` rows.
+    pub failures: Vec<Reason>,
+    /// Top (status, class) among rows waiting to retry.
+    pub retrying: Vec<Reason>,
+}
+
+/// The delivery rate a status shows: recent deliveries over the window they span, at least one
+/// second and at most the minute they were counted in.
+pub fn rate_per_s(p: &Progress) -> f64 {
+    if p.sent_last_minute == 0 {
+        return 0.0;
+    }
+    let window = p.recent_window_s.unwrap_or(60.0).clamp(1.0, 60.0);
+    p.sent_last_minute as f64 / window
+}
+
+/// Seconds to finish `remaining` at `rate`; `None` if nothing moves.
+pub fn eta_s(remaining: i64, rate: f64) -> Option<f64> {
+    if remaining == 0 {
+        return Some(0.0);
+    }
+    (rate > 0.0).then(|| remaining as f64 / rate)
+}
+
+/// Reads everything `status` shows. `default_ratio` is `MAX_PERMANENT_FAILURE_RATIO` (the
+/// settings row's ratio wins).
+pub async fn gather(
+    pool: &PgPool,
+    campaign_id: &str,
+    default_ratio: f64,
+) -> Result<Status, sqlx::Error> {
+    let store = Store::new(pool.clone(), campaign_id);
+    let settings = campaign::settings(pool, campaign_id).await?;
+    let progress = store.progress().await?;
+    let failures = store.reasons("failed", TOP_REASONS).await?;
+    let retrying = store.reasons("pending", TOP_REASONS).await?;
+    let limits = rate_share::limits_of_campaign(pool, campaign_id).await?;
+    let c = &progress.counts;
+    let remaining = c.pending + c.sending;
+    let rate = rate_per_s(&progress);
+    let ratio = settings
+        .max_permanent_failure_ratio
+        .unwrap_or(default_ratio);
+    Ok(Status {
+        campaign_id: campaign_id.to_string(),
+        at: Utc::now(),
+        known: c.total > 0 || settings.stored,
+        remaining,
+        rate_per_s: rate,
+        eta_s: eta_s(remaining, rate),
+        done: c.total > 0 && remaining == 0,
+        failure_budget: (c.total as f64 * ratio).floor() as i64,
+        paused: settings.pause,
+        template: settings.template,
+        limits,
+        failures,
+        retrying,
+        progress,
+    })
+}
+
+fn duration(s: f64) -> String {
+    let s = s.round() as u64;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+fn reason(r: &Reason) -> String {
+    match r.status {
+        Some(s) => format!("{:>8}  {} {}", r.count, s, r.class),
+        None => format!("{:>8}  {}", r.count, r.class),
+    }
+}
+
+/// The short form: `spring-sale: 812034/1200000 settled, 498.2/s, ETA 12m59s`.
+pub fn one_line(s: &Status) -> String {
+    let c = &s.progress.counts;
+    let settled = c.sent + c.failed + c.opted_out;
+    let eta = match (s.done, s.eta_s) {
+        (true, _) => "done".to_string(),
+        (_, Some(e)) => format!("ETA {}", duration(e)),
+        (_, None) => "ETA unknown (nothing delivered in the last minute)".to_string(),
+    };
+    let paused = match &s.paused {
+        Some(p) => format!(", PAUSED by {}", p.by),
+        None => String::new(),
+    };
+    format!(
+        "{}: {settled}/{} settled ({} sent, {} failed, {} opted out), {:.1}/s, {eta}{paused}",
+        s.campaign_id, c.total, c.sent, c.failed, c.opted_out, s.rate_per_s
+    )
+}
+
+/// The full form, for a terminal.
+pub fn render(s: &Status) -> String {
+    use std::fmt::Write;
+    let c = &s.progress.counts;
+    let mut o = String::new();
+    let _ = writeln!(o, "campaign   {} (template {})", s.campaign_id, s.template);
+    match &s.paused {
+        Some(p) => {
+            let _ = writeln!(
+                o,
+                "PAUSED     since {} by {}{}",
+                p.at.format("%Y-%m-%d %H:%M:%S UTC"),
+                p.by,
+                p.reason
+                    .as_deref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default()
+            );
+            let _ = writeln!(
+                o,
+                "           `campaign-sender resume --campaign {}` lifts it",
+                s.campaign_id
+            );
+        }
+        None => {
+            let _ = writeln!(o, "state      {}", if s.done { "done" } else { "running" });
+        }
+    }
+    let _ = writeln!(
+        o,
+        "targets    {} total: {} sent, {} failed (budget {}), {} pending ({} waiting to retry), {} sending, {} opted out",
+        c.total, c.sent, c.failed, s.failure_budget, c.pending, s.progress.retry_waiting, c.sending, c.opted_out
+    );
+    let eta = match s.eta_s {
+        Some(e) if !s.done => format!(", ETA {}", duration(e)),
+        _ => String::new(),
+    };
+    let _ = writeln!(
+        o,
+        "rate       {:.1}/s over the last minute ({} delivered){eta}",
+        s.rate_per_s, s.progress.sent_last_minute
+    );
+    if s.limits.is_empty() {
+        let _ = writeln!(o, "workers    none live");
+    }
+    for k in &s.limits {
+        let paused = k
+            .paused_for_s
+            .map(|p| format!(", paused {p:.1}s after a 429"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            o,
+            "limit      {}: {:.0}/s configured, {:.0}/s effective{paused}, {} live pods",
+            k.key,
+            k.limit_per_s,
+            k.effective_per_s,
+            k.members.len()
+        );
+        for m in &k.members {
+            let other = if m.campaign_id == s.campaign_id {
+                String::new()
+            } else {
+                format!(" (campaign {})", m.campaign_id)
+            };
+            let _ = writeln!(
+                o,
+                "  {:<24} share {:>7.1}/s{}{other}",
+                m.worker,
+                m.share_per_s,
+                if m.weight == 0.0 { ", idle" } else { "" }
+            );
+        }
+    }
+    for (title, list) in [("failed", &s.failures), ("retrying", &s.retrying)] {
+        if list.is_empty() {
+            continue;
+        }
+        let _ = writeln!(o, "{title} by last status and class:");
+        for r in list {
+            let _ = writeln!(o, "{}", reason(r));
+        }
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn progress(sent_last_minute: i64, window: Option<f64>) -> Progress {
+        Progress {
+            sent_last_minute,
+            recent_window_s: window,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_rate_is_recent_deliveries_over_the_window_they_span() {
+        assert_eq!(rate_per_s(&progress(30_000, Some(59.9))), 30_000.0 / 59.9);
+        // A run that started 10 s ago is not diluted over a whole minute.
+        assert_eq!(rate_per_s(&progress(5_000, Some(10.0))), 500.0);
+        // A single burst is not extrapolated beyond one second.
+        assert_eq!(rate_per_s(&progress(3, Some(0.01))), 3.0);
+        assert_eq!(rate_per_s(&progress(0, None)), 0.0);
+    }
+
+    #[test]
+    fn the_eta_is_unknown_when_nothing_moves_and_zero_when_done() {
+        assert_eq!(eta_s(1000, 500.0), Some(2.0));
+        assert_eq!(eta_s(1000, 0.0), None);
+        assert_eq!(eta_s(0, 0.0), Some(0.0));
+    }
+
+    #[test]
+    fn durations_read_like_a_clock() {
+        assert_eq!(duration(42.0), "42s");
+        assert_eq!(duration(779.0), "12m59s");
+        assert_eq!(duration(7380.0), "2h03m");
+    }
+}
