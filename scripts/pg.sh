@@ -29,6 +29,7 @@ start)
     "-c listen_addresses=127.0.0.1 -p $port -k $dir -c fsync=off -c full_page_writes=off \
      -c synchronous_commit=off -c max_connections=400 -c shared_buffers=256MB" >/dev/null \
     || { cat "$dir/server.log" >&2; exit 1; }
+  echo "pg.sh: $("$PG_BIN/postgres" --version) on 127.0.0.1:$port" >&2
   echo "postgres://postgres@127.0.0.1:$port/postgres" | tee "$dir/url"
   ;;
 stop)

@@ -559,6 +559,48 @@ mod tests {
         assert_eq!(RunConfig::from_vars(missing).unwrap_err().var, "MAIL_URL");
     }
 
+    /// Hostile input: every numeric variable (found from the config itself, so a new one is
+    /// covered without editing this test), given each malformed value in turn, is refused and
+    /// named — never silently defaulted.
+    #[test]
+    fn every_numeric_variable_malformed_in_turn_is_refused_naming_it() {
+        let run = serde_json::to_value(RunConfig::with_defaults("c", "http://127.0.0.1/")).unwrap();
+        let numeric: Vec<String> = run
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(_, v)| v.is_number())
+            .map(|(k, _)| k.to_ascii_uppercase())
+            .collect();
+        assert!(numeric.len() >= 18, "{numeric:?}");
+        for var in &numeric {
+            for value in ["abc", "-1", "", "1e400", "18446744073709551616", " 5"] {
+                let err = RunConfig::from_vars(vars(&[(var, value)]))
+                    .expect_err(&format!("{var}={value:?} was accepted"));
+                assert_eq!(&err.var, var, "{var}={value:?} gave {err}");
+            }
+        }
+        for (var, value) in [
+            ("DB_MAX_CONNECTIONS", "abc"),
+            ("DB_MAX_CONNECTIONS", "0"),
+            ("DB_CONNECT_RETRY_S", "-1"),
+        ] {
+            let err = DbConfig::from_vars([
+                ("DATABASE_URL".to_string(), "postgres://h/db".to_string()),
+                (var.to_string(), value.to_string()),
+            ])
+            .unwrap_err();
+            assert_eq!(err.var, var, "{var}={value:?} gave {err}");
+        }
+        let err = DbConfig::from_vars([("DATABASE_URL".to_string(), "mysql://h/db".to_string())])
+            .unwrap_err();
+        assert_eq!(err.var, "DATABASE_URL");
+        assert!(
+            !err.to_string().contains("mysql://h/db"),
+            "a secret printed: {err}"
+        );
+    }
+
     #[test]
     fn the_limit_key_defaults_to_the_provider_host() {
         let c = RunConfig::from_vars(vars(&[("MAIL_URL", "https://api.mail.example/v1/send")]))

@@ -44,7 +44,7 @@ async fn a_worker_killed_mid_run_and_restarted_loses_nothing_and_mails_nobody_tw
         ..Default::default()
     })
     .await;
-    let db = database_url(&pool).await;
+    let db = worker_url(&pool).await;
     let e = env(&p.url, &[("WORKER_ID", "victim")]);
 
     let mut victim = spawn_sender(&["run"], &db, &e);
@@ -94,7 +94,7 @@ async fn two_workers_overlapping_from_the_start_mail_nobody_twice(pool: PgPool) 
         ..Default::default()
     })
     .await;
-    let db = database_url(&pool).await;
+    let db = worker_url(&pool).await;
     let a = spawn_sender(&["run"], &db, &env(&p.url, &[("WORKER_ID", "a")]));
     let b = spawn_sender(&["run"], &db, &env(&p.url, &[("WORKER_ID", "b")]));
     let (ra, rb) = tokio::join!(
@@ -131,7 +131,7 @@ async fn opt_outs_committed_mid_run_are_never_mailed_after_they_commit(pool: PgP
         ..Default::default()
     })
     .await;
-    let db = database_url(&pool).await;
+    let db = worker_url(&pool).await;
     let recheck = RECHECK_MS.to_string();
     let e = env(
         &p.url,
@@ -259,7 +259,7 @@ async fn sigterm_releases_unsent_rows_at_once_and_others_finish_them_without_wai
         ..Default::default()
     })
     .await;
-    let db = database_url(&pool).await;
+    let db = worker_url(&pool).await;
     // A 30 s lease: if SIGTERM left rows leased, the second worker would have to wait it out.
     let slow = env(
         &p.url,
@@ -318,7 +318,7 @@ async fn sigterm_releases_unsent_rows_at_once_and_others_finish_them_without_wai
 async fn a_live_workers_leases_are_kept_alive_past_their_initial_length(pool: PgPool) {
     seed(&pool, CAMPAIGN, 300).await;
     let p = provider(FakeConfig::default()).await;
-    let db = database_url(&pool).await;
+    let db = worker_url(&pool).await;
     // 40/s: the first batch of 200 takes ~5 s, longer than the 3 s lease.
     let slow = env(
         &p.url,

@@ -63,7 +63,7 @@ async fn too_many_failures_stop_the_run_early(pool: PgPool) {
 
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn bad_config_gives_78_and_names_the_variable(pool: PgPool) {
-    let url = database_url(&pool).await;
+    let url = worker_url(&pool).await;
     seed(&pool, "c", 5).await;
     let base = [
         ("CAMPAIGN_ID", "c"),

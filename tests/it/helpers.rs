@@ -62,14 +62,25 @@ pub fn config(url: &str) -> RunConfig {
     RunConfig::from_vars(vars).unwrap()
 }
 
-pub fn worker(pool: &PgPool, cfg: RunConfig) -> Worker {
-    let store = Store::new(pool.clone(), cfg.campaign_id.clone());
+/// An in-process worker connected as the least-privilege worker role of `docs/roles.sql`, as in
+/// production: a statement that needs more than that role has fails the test.
+pub async fn worker(pool: &PgPool, cfg: RunConfig) -> Worker {
+    let url = worker_url(pool).await;
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(8)
+        .connect_lazy(&url)
+        .unwrap();
+    let store = Store::new(pool, cfg.campaign_id.clone());
     Worker::new(cfg, store, Duration::from_secs(10)).unwrap()
 }
 
 /// A whole in-process run with no signal: until done, the deadline or too many failures.
 pub async fn run_to_end(pool: &PgPool, cfg: RunConfig) -> campaign_sender::report::RunReport {
-    worker(pool, cfg).run(Default::default()).await.unwrap()
+    worker(pool, cfg)
+        .await
+        .run(Default::default())
+        .await
+        .unwrap()
 }
 
 pub fn store(pool: &PgPool) -> Store {
@@ -98,7 +109,8 @@ pub async fn state_of(pool: &PgPool, member_id: i64) -> (String, i32, Option<i16
         .unwrap()
 }
 
-/// A URL for a child process to reach this test's own database.
+/// A URL for a child process to reach this test's own database as its owner (`migrate`, and
+/// runs before the schema exists); see [`worker_url`] and [`operator_url`] for the rest.
 pub async fn database_url(pool: &PgPool) -> String {
     let db: String = sqlx::query_scalar("SELECT current_database()")
         .fetch_one(pool)
@@ -108,6 +120,31 @@ pub async fn database_url(pool: &PgPool) -> String {
         reqwest::Url::parse(&std::env::var("DATABASE_URL").expect("DATABASE_URL")).unwrap();
     url.set_path(&format!("/{db}"));
     url.to_string()
+}
+
+pub const WORKER_ROLE: &str = "campaign_sender_worker";
+pub const OPERATOR_ROLE: &str = "campaign_sender_operator";
+
+/// Applies `docs/roles.sql` to this test's database (idempotent) and returns a URL that logs in
+/// as `role` (the throwaway server trusts local logins).
+pub async fn role_url(pool: &PgPool, role: &str) -> String {
+    sqlx::raw_sql(include_str!("../../docs/roles.sql"))
+        .execute(pool)
+        .await
+        .expect("docs/roles.sql applies");
+    let mut url = reqwest::Url::parse(&database_url(pool).await).unwrap();
+    url.set_username(role).unwrap();
+    url.to_string()
+}
+
+/// For `run` and `serve`: the worker role.
+pub async fn worker_url(pool: &PgPool) -> String {
+    role_url(pool, WORKER_ROLE).await
+}
+
+/// For `import`, `status`, `pause`, `resume`, `retry-failed`, `configure`: the operator role.
+pub async fn operator_url(pool: &PgPool) -> String {
+    role_url(pool, OPERATOR_ROLE).await
 }
 
 /// A `campaign-sender` process with test-speed settings plus `env`.

@@ -11,5 +11,6 @@ mod manifests;
 mod migrate;
 mod operator;
 mod rate_share;
+mod security;
 mod sending;
 mod serve;

@@ -76,7 +76,7 @@ async fn import_rejects_a_bad_file_atomically_naming_lines_but_never_addresses(p
     writeln!(f, "5001,not-an-address").unwrap(); // line 5003
     writeln!(f, "17,again17@example.com").unwrap(); // line 5004: repeats line 18
     drop(f);
-    let db = database_url(&pool).await;
+    let db = operator_url(&pool).await;
     let child = spawn_sender(
         &["import", "--campaign", CAMPAIGN, path.to_str().unwrap()],
         &db,
@@ -227,7 +227,7 @@ async fn skip_invalid_writes_the_rejects_aside_and_imports_the_rest(pool: PgPool
 
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn import_reads_stdin_and_reports_what_it_did(pool: PgPool) {
-    let db = database_url(&pool).await;
+    let db = operator_url(&pool).await;
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_campaign-sender"));
     cmd.args(["import", "--campaign", CAMPAIGN, "-"])
         .env_clear()
@@ -251,7 +251,7 @@ async fn import_reads_stdin_and_reports_what_it_did(pool: PgPool) {
 
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn import_of_a_missing_file_gives_66(pool: PgPool) {
-    let db = database_url(&pool).await;
+    let db = operator_url(&pool).await;
     let child = spawn_sender(
         &["import", "--campaign", CAMPAIGN, "/nonexistent/members.csv"],
         &db,
@@ -273,7 +273,7 @@ async fn a_running_worker_obeys_a_pause_within_a_second_and_starts_no_request_af
     .await;
     let mut cfg = config(&p.url);
     cfg.mail_rate_per_s = 400;
-    let w = worker(&pool, cfg);
+    let w = worker(&pool, cfg).await;
     let run = tokio::spawn(async move { w.run(Default::default()).await });
     let t0 = Instant::now();
     while p.fake.stats().delivered < 200 {
@@ -330,7 +330,8 @@ async fn a_running_worker_obeys_a_pause_within_a_second_and_starts_no_request_af
 async fn run_on_a_paused_campaign_exits_3_at_once_and_sends_nothing(pool: PgPool) {
     seed(&pool, CAMPAIGN, 100).await;
     let p = provider(FakeConfig::default()).await;
-    let db = database_url(&pool).await;
+    let db = operator_url(&pool).await;
+    let worker_db = worker_url(&pool).await;
     let pause = spawn_sender(
         &[
             "pause",
@@ -346,7 +347,11 @@ async fn run_on_a_paused_campaign_exits_3_at_once_and_sends_nothing(pool: PgPool
     assert_eq!(code, 0, "{out}\n{err}");
     let env = [("CAMPAIGN_ID", CAMPAIGN), ("MAIL_URL", p.url.as_str())];
     let t0 = Instant::now();
-    let (code, out, err) = finish(spawn_sender(&["run"], &db, &env), Duration::from_secs(30)).await;
+    let (code, out, err) = finish(
+        spawn_sender(&["run"], &worker_db, &env),
+        Duration::from_secs(30),
+    )
+    .await;
     assert_eq!(code, exit::PAUSED as i32, "{out}\n{err}");
     assert!(t0.elapsed() < Duration::from_secs(10));
     assert!(
@@ -358,7 +363,11 @@ async fn run_on_a_paused_campaign_exits_3_at_once_and_sends_nothing(pool: PgPool
 
     let resume = spawn_sender(&["resume", "--campaign", CAMPAIGN], &db, &[]);
     assert_eq!(finish(resume, Duration::from_secs(30)).await.0, 0);
-    let (code, out, err) = finish(spawn_sender(&["run"], &db, &env), Duration::from_secs(60)).await;
+    let (code, out, err) = finish(
+        spawn_sender(&["run"], &worker_db, &env),
+        Duration::from_secs(60),
+    )
+    .await;
     assert_eq!(code, exit::DONE as i32, "{out}\n{err}");
     assert_eq!(states(&pool).await.get("sent"), Some(&100));
 }
@@ -370,7 +379,7 @@ async fn serve_idles_while_paused_and_continues_by_itself_after_resume(pool: PgP
         .await
         .unwrap();
     let p = provider(FakeConfig::default()).await;
-    let db = database_url(&pool).await;
+    let db = worker_url(&pool).await;
     let env = [
         ("CAMPAIGN_ID", CAMPAIGN),
         ("MAIL_URL", p.url.as_str()),
@@ -528,7 +537,7 @@ async fn retry_failed_only_touches_the_selected_rows(pool: PgPool) {
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn retry_failed_from_the_command_line_prints_how_many_and_they_are_sent(pool: PgPool) {
     failed_fixture(&pool).await;
-    let db = database_url(&pool).await;
+    let db = operator_url(&pool).await;
     let child = spawn_sender(
         &[
             "retry-failed",
@@ -580,7 +589,7 @@ async fn status_json_shows_counts_rate_eta_and_failure_reasons(pool: PgPool) {
     .await;
     let report = run_to_end(&pool, config(&p.url)).await;
     assert_eq!(report.exit_code, exit::DONE, "{report:?}");
-    let db = database_url(&pool).await;
+    let db = operator_url(&pool).await;
     let child = spawn_sender(&["status", "--campaign", CAMPAIGN, "--json"], &db, &[]);
     let (code, out, err) = finish(child, Duration::from_secs(30)).await;
     assert_eq!(code, 0, "{out}\n{err}");
@@ -624,7 +633,7 @@ async fn status_lists_live_workers_with_their_rate_share(pool: PgPool) {
     let p = provider(FakeConfig::default()).await;
     let mut cfg = config(&p.url);
     cfg.mail_rate_per_s = 200;
-    let w = worker(&pool, cfg);
+    let w = worker(&pool, cfg).await;
     let cancel = tokio_util::sync::CancellationToken::new();
     let run = {
         let cancel = cancel.clone();
@@ -674,7 +683,7 @@ async fn a_settings_row_sets_the_template_and_threshold_and_none_is_needed(pool:
         .execute(&pool)
         .await
         .unwrap();
-    let db = database_url(&pool).await;
+    let db = operator_url(&pool).await;
     let child = spawn_sender(
         &[
             "configure",

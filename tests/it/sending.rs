@@ -28,7 +28,7 @@ async fn retry_backs_off_then_fails_after_max_attempts(pool: PgPool) {
     cfg.max_attempts = 3;
     cfg.backoff_base_ms = 300;
     cfg.backoff_max_ms = 300;
-    let w = worker(&pool, cfg);
+    let w = worker(&pool, cfg).await;
     let cancel = CancellationToken::new();
 
     let s = Store::new(pool.clone(), CAMPAIGN);
@@ -74,7 +74,7 @@ async fn time_budget_leftovers_are_released_without_counting_an_attempt(pool: Pg
     .await;
     let mut cfg = config(&p.url);
     cfg.send_concurrency = 1;
-    let w = worker(&pool, cfg);
+    let w = worker(&pool, cfg).await;
     let stop_at = Instant::now() + Duration::from_millis(500);
     w.step(stop_at, &CancellationToken::new()).await.unwrap();
 
@@ -104,7 +104,7 @@ async fn a_cancelled_run_releases_unsent_rows_at_once(pool: PgPool) {
     .await;
     let mut cfg = config(&p.url);
     cfg.send_concurrency = 2;
-    let w = worker(&pool, cfg);
+    let w = worker(&pool, cfg).await;
     let cancel = CancellationToken::new();
     let c = cancel.clone();
     tokio::spawn(async move {
@@ -163,7 +163,7 @@ async fn an_opt_out_committed_after_claim_but_before_send_stops_that_send(pool: 
     let mut cfg = config(&p.url);
     cfg.send_concurrency = 1;
     cfg.optout_recheck_ms = 50;
-    let w = worker(&pool, cfg);
+    let w = worker(&pool, cfg).await;
     let opt_out = {
         let pool = pool.clone();
         async move {

@@ -49,7 +49,7 @@ async fn wait_delivered(p: &TestProvider, n: u64) {
 async fn serve_idles_when_done_sends_rows_that_arrive_later_and_exits_0_on_sigterm(pool: PgPool) {
     seed(&pool, CAMPAIGN, 300).await;
     let p = provider(FakeConfig::default()).await;
-    let db = database_url(&pool).await;
+    let db = worker_url(&pool).await;
     let child = spawn_sender(&["serve"], &db, &env(&p.url));
     wait_delivered(&p, 300).await;
     // Past DEADLINE_S and done: still running, holding no share of the rate limit.
@@ -112,7 +112,7 @@ async fn a_worker_started_before_the_migration_starts_sending_once_it_lands(pool
 async fn metrics_are_served_with_the_documented_names_and_no_personal_data(pool: PgPool) {
     seed(&pool, CAMPAIGN, 200).await;
     let p = provider(FakeConfig::default()).await;
-    let db = database_url(&pool).await;
+    let db = worker_url(&pool).await;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

@@ -1,0 +1,62 @@
+-- Least-privilege database roles for campaign-sender. Run once per database by its owner (the
+-- role that runs `campaign-sender migrate`), after the migrations:
+--
+--   psql "$MIGRATE_DATABASE_URL" -v ON_ERROR_STOP=1 -f docs/roles.sql
+--   psql "$MIGRATE_DATABASE_URL" -c "ALTER ROLE campaign_sender_worker PASSWORD '…'"   -- or IAM auth
+--
+-- Idempotent: rerunning it (e.g. after a migration added a table) only re-applies the grants.
+-- The integration tests apply this file and run every worker process as
+-- campaign_sender_worker (tests/it/helpers.rs, `worker_url`), so a statement that needs more than
+-- this fails a test, not a campaign.
+--
+-- campaign_sender_worker (`run`, `serve`):
+-- - campaign_targets: reads rows; updates only the delivery columns. It cannot insert or
+--   delete rows, and cannot change who a row is for (`campaign_id`, `member_id`, `email`) or an
+--   opt-out (`opted_out_at`, written by another system);
+-- - rate_limits, rate_pods: the fleet's rate-limit coordination (pods insert, renew and prune
+--   their rows);
+-- - campaigns: reads settings; writes only the pause columns (the automatic pause on too many
+--   failures), never the template or threshold;
+-- - _sqlx_migrations: reads the applied version (workers wait for the schema).
+-- campaign_sender_operator (`import`, `status`, `pause`, `resume`, `retry-failed`,
+-- `configure`): the worker's reads, inserts into campaign_targets (import, through a temporary
+-- table), retry-failed's update, and the campaigns table. Neither role can create, alter or
+-- drop anything, or read another table.
+
+DO $$
+BEGIN
+    CREATE ROLE campaign_sender_worker LOGIN;
+EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;  -- exists, or created concurrently
+END
+$$;
+
+DO $$
+BEGIN
+    CREATE ROLE campaign_sender_operator LOGIN;
+EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;  -- exists, or created concurrently
+END
+$$;
+
+-- Nothing by default: only the grants below.
+REVOKE ALL ON campaign_targets, rate_limits, rate_pods, campaigns, _sqlx_migrations
+    FROM campaign_sender_worker, campaign_sender_operator;
+GRANT USAGE ON SCHEMA public TO campaign_sender_worker, campaign_sender_operator;
+
+GRANT SELECT ON campaign_targets TO campaign_sender_worker;
+GRANT UPDATE (state, attempts, not_before, lease_until, claim_id, last_status, last_error,
+              updated_at, sent_at)
+    ON campaign_targets TO campaign_sender_worker;
+GRANT SELECT, INSERT, UPDATE ON rate_limits TO campaign_sender_worker;
+GRANT SELECT, INSERT, UPDATE, DELETE ON rate_pods TO campaign_sender_worker;
+GRANT SELECT ON campaigns TO campaign_sender_worker;
+GRANT INSERT (campaign_id, paused_at, paused_by, pause_reason),
+      UPDATE (paused_at, paused_by, pause_reason, updated_at)
+    ON campaigns TO campaign_sender_worker;
+GRANT SELECT ON _sqlx_migrations TO campaign_sender_worker;
+
+GRANT SELECT ON campaign_targets, rate_limits, rate_pods, _sqlx_migrations
+    TO campaign_sender_operator;
+GRANT INSERT (campaign_id, member_id, email) ON campaign_targets TO campaign_sender_operator;
+GRANT UPDATE (state, attempts, not_before, lease_until, updated_at)
+    ON campaign_targets TO campaign_sender_operator;
+GRANT SELECT, INSERT, UPDATE ON campaigns TO campaign_sender_operator;
