@@ -37,6 +37,10 @@ mutations=(
         self.pacer.revoke();|    async fn leave(&self) {|fleet"
   "rate share: an idle pod keeps its share|src/worker.rs|                    .set_busy(self.queued.load(Ordering::SeqCst) > 0);|                    .set_busy(true);|serve"
   "pacer: a share never lapses|src/pacer.rs|s.valid_until = Some(valid_until);|s.valid_until = Some(valid_until + Duration::from_secs(3600));|unit"
+  "provider: redirects are followed|src/provider.rs|.redirect(reqwest::redirect::Policy::none())|.redirect(reqwest::redirect::Policy::limited(5))|hostile"
+  "provider: an attempt has no total bound|src/provider.rs|            .timeout(connect + read)
+|            .timeout(Duration::from_secs(3600))
+|hostile"
   "pause: a running pod ignores the kill switch|src/worker.rs|match campaign::paused(self.w.store.pool(), self.w.store.campaign_id()).await {|match campaign::paused(self.w.store.pool(), \"another campaign\").await {|operator"
   "pause: run starts on a paused campaign|src/worker.rs|        if let Some(pause) = &settings.pause {|        if let Some(pause) = None::<&campaign::Pause> {|operator"
   "pause: no auto-pause over the threshold|src/worker.rs|                                campaign::BY_AUTO,|                                \"\",|operator"
@@ -90,6 +94,7 @@ PY
     fleet) tests=(--lib --test it -- rate_share) ;;
     serve) tests=(--test it -- serve::) ;;
     operator) tests=(--test it -- operator::) ;;
+    hostile) tests=(--test it -- hostile::) ;;
     *) tests=(--lib --test it) ;;
   esac
   out=$(cargo test --locked -q "${tests[@]}" 2>&1 || true)

@@ -7,6 +7,7 @@ mod helpers;
 mod claim;
 mod e2e;
 mod exit_codes;
+mod hostile;
 mod manifests;
 mod migrate;
 mod operator;
