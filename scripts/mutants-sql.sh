@@ -43,6 +43,7 @@ mutations=(
 |hostile"
   "pause: a running pod ignores the kill switch|src/worker.rs|match campaign::paused(self.w.store.pool(), self.w.store.campaign_id()).await {|match campaign::paused(self.w.store.pool(), \"another campaign\").await {|operator"
   "pause: run starts on a paused campaign|src/worker.rs|        if let Some(pause) = &settings.pause {|        if let Some(pause) = None::<&campaign::Pause> {|operator"
+  "pause: serve exits on an automatic pause|src/worker.rs|                    StopReason::Paused => {|                    StopReason::Paused if report.exit_code != crate::report::exit::TOO_MANY_FAILURES => {|operator"
   "pause: no auto-pause over the threshold|src/worker.rs|                                campaign::BY_AUTO,|                                \"\",|operator"
   "pause: a later pause overwrites the first|src/campaign.rs|           SET paused_at    = coalesce(c.paused_at, excluded.paused_at),
                paused_by    = CASE WHEN c.paused_at IS NULL THEN excluded.paused_by ELSE c.paused_by END,

@@ -73,6 +73,16 @@ pub async fn settings(pool: &PgPool, campaign_id: &str) -> Result<Settings, sqlx
     })
 }
 
+impl Settings {
+    /// `failed` rows a campaign of `total` rows may have before a run stops with exit 2 and
+    /// pauses it: the settings row's ratio, else `default_ratio` (`MAX_PERMANENT_FAILURE_RATIO`).
+    /// One rule for the worker and for `status`.
+    pub fn failure_budget(&self, total: i64, default_ratio: f64) -> i64 {
+        let ratio = self.max_permanent_failure_ratio.unwrap_or(default_ratio);
+        (total as f64 * ratio).floor() as i64
+    }
+}
+
 fn pause_of(
     at: Option<DateTime<Utc>>,
     by: Option<String>,

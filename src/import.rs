@@ -522,7 +522,7 @@ pub async fn import(
 /// - inserted in key order, so the primary-key index is filled sequentially.
 ///
 /// The fast path skips existing rows with an anti-join and inserts plainly (`ON CONFLICT`'s
-/// speculative insertion costs ~40 % more at 1.2 M rows, docs/BENCHMARKS.md). If another writer
+/// speculative insertion took 60–80 % longer at 1.2 M rows, docs/BENCHMARKS.md). If another writer
 /// inserts one of the same members meanwhile, the fast path meets a unique violation: it is
 /// rolled back to a savepoint and the same rows go in with `ON CONFLICT DO NOTHING`.
 async fn insert_new(
@@ -623,6 +623,23 @@ mod tests {
             Columns::from_header(&["member_id", "mail"]),
             Some(Err(_))
         ));
+    }
+
+    #[test]
+    fn the_plain_progress_line_says_phase_records_share_and_time() {
+        let p = Progress::default();
+        p.records.store(400_000, Ordering::Relaxed);
+        p.bytes.store(13_000_000, Ordering::Relaxed);
+        p.set(Phase::Inserting);
+        assert_eq!(
+            progress_line(&p, Some(39_000_000), Duration::from_millis(3100)),
+            "import: inserting — 400000 records, 33% of 39.0 MB, 3.1 s"
+        );
+        // From stdin the size is unknown: bytes read instead of a share.
+        assert_eq!(
+            progress_line(&p, None, Duration::from_secs(5)),
+            "import: inserting — 400000 records, 13.0 MB, 5.0 s"
+        );
     }
 
     #[test]

@@ -77,9 +77,6 @@ pub async fn gather(
     let c = &progress.counts;
     let remaining = c.pending + c.sending;
     let rate = rate_per_s(&progress);
-    let ratio = settings
-        .max_permanent_failure_ratio
-        .unwrap_or(default_ratio);
     Ok(Status {
         campaign_id: campaign_id.to_string(),
         at: Utc::now(),
@@ -88,7 +85,7 @@ pub async fn gather(
         rate_per_s: rate,
         eta_s: eta_s(remaining, rate),
         done: c.total > 0 && remaining == 0,
-        failure_budget: (c.total as f64 * ratio).floor() as i64,
+        failure_budget: settings.failure_budget(c.total, default_ratio),
         paused: settings.pause,
         template: settings.template,
         limits,

@@ -250,11 +250,11 @@ impl Worker {
                             return Ok(report);
                         }
                     }
-                    StopReason::Paused
-                        if report.exit_code != crate::report::exit::TOO_MANY_FAILURES =>
-                    {
+                    StopReason::Paused => {
                         // A Deployment's pod must not exit (it would be restarted in a loop):
-                        // it idles, holding no share, until the campaign is resumed.
+                        // it idles, holding no share, until the campaign is resumed — also when
+                        // the pause is the automatic one and failures are over the budget (the
+                        // pod that crossed it exited 2; the others, and its restart, wait).
                         if !self.idle_while_paused(&cancel).await? {
                             report.reason = StopReason::Signal;
                             report.exit_code = crate::report::exit::DONE;
@@ -321,10 +321,8 @@ impl Worker {
             .retrying(|| campaign::settings(self.store.pool(), self.store.campaign_id()))
             .await?;
         let counts = self.retrying(|| self.store.counts()).await?;
-        let ratio = settings
-            .max_permanent_failure_ratio
-            .unwrap_or(self.cfg.max_permanent_failure_ratio);
-        let failure_budget = (counts.total as f64 * ratio).floor() as i64;
+        let failure_budget =
+            settings.failure_budget(counts.total, self.cfg.max_permanent_failure_ratio);
         if let Some(pause) = &settings.pause {
             // The kill switch is on: claim nothing, send nothing.
             warn!(worker = %self.name, campaign = %self.store.campaign_id(), paused_by = %pause.by,

@@ -47,15 +47,7 @@ async fn permanent_failures_within_one_percent_still_exit_0(pool: PgPool) {
 
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn too_many_failures_stop_the_run_early(pool: PgPool) {
-    seed(&pool, CAMPAIGN, 5000).await;
-    let p = provider(FakeConfig {
-        always_unavailable: true,
-        ..Default::default()
-    })
-    .await;
-    let mut cfg = config(&p.url);
-    cfg.max_attempts = 1;
-    let report = run_to_end(&pool, cfg).await;
+    let (_, report) = run_against_an_unavailable_provider(&pool, 5000).await;
     assert_eq!(report.exit_code, exit::TOO_MANY_FAILURES);
     // Stopped after the first batch that crossed 1 % (50 rows), not after all 5000.
     assert!(report.stats.requests <= 400, "{:?}", report.stats);

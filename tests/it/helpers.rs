@@ -83,6 +83,24 @@ pub async fn run_to_end(pool: &PgPool, cfg: RunConfig) -> campaign_sender::repor
         .unwrap()
 }
 
+/// Members 1..=n, and a run against a provider answering 503 to everything with one attempt
+/// per row: every request a permanent failure, so the threshold is crossed in the first batch.
+pub async fn run_against_an_unavailable_provider(
+    pool: &PgPool,
+    n: i64,
+) -> (TestProvider, campaign_sender::report::RunReport) {
+    seed(pool, CAMPAIGN, n).await;
+    let p = provider(FakeConfig {
+        always_unavailable: true,
+        ..Default::default()
+    })
+    .await;
+    let mut cfg = config(&p.url);
+    cfg.max_attempts = 1;
+    let report = run_to_end(pool, cfg).await;
+    (p, report)
+}
+
 pub fn store(pool: &PgPool) -> Store {
     Store::new(pool.clone(), CAMPAIGN)
 }

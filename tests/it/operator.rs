@@ -410,16 +410,55 @@ async fn serve_idles_while_paused_and_continues_by_itself_after_resume(pool: PgP
 }
 
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn serve_waits_on_an_automatic_pause_instead_of_crash_looping(pool: PgPool) {
+    // What a Deployment's pods find after one of them crossed the threshold: failures over the
+    // budget (5 of 100 > 1 %) and the automatic pause. Exiting 2 again would restart them in a
+    // loop; they wait for `retry-failed` + `resume` instead.
+    seed(&pool, CAMPAIGN, 100).await;
+    sqlx::query("UPDATE campaign_targets SET state = 'failed', attempts = 1, last_status = 422, last_error = 'rejected' WHERE member_id <= 5")
+        .execute(&pool)
+        .await
+        .unwrap();
+    campaign::pause(&pool, CAMPAIGN, campaign::BY_AUTO, Some("over budget"))
+        .await
+        .unwrap();
+    let p = provider(FakeConfig::default()).await;
+    let db = worker_url(&pool).await;
+    let env = [
+        ("CAMPAIGN_ID", CAMPAIGN),
+        ("MAIL_URL", p.url.as_str()),
+        ("IDLE_POLL_MS", "100"),
+    ];
+    let mut child = spawn_sender(&["serve"], &db, &env);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "serve exited on an automatic pause"
+    );
+    assert_eq!(p.fake.stats().requests, 0);
+    // The operator's way out: the failures are retried, the pause lifted, the pod goes on.
+    store(&pool)
+        .retry_failed(&RetryFilter::default(), false)
+        .await
+        .unwrap();
+    campaign::resume(&pool, CAMPAIGN).await.unwrap();
+    let t0 = Instant::now();
+    while p.fake.stats().delivered < 100 {
+        assert!(t0.elapsed() < Duration::from_secs(30), "not resumed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let pid = child.id().unwrap().to_string();
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    let (code, out, err) = finish(child, Duration::from_secs(20)).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn crossing_the_failure_threshold_pauses_the_campaign_and_status_says_why(pool: PgPool) {
-    seed(&pool, CAMPAIGN, 2000).await;
-    let p = provider(FakeConfig {
-        always_unavailable: true,
-        ..Default::default()
-    })
-    .await;
-    let mut cfg = config(&p.url);
-    cfg.max_attempts = 1;
-    let report = run_to_end(&pool, cfg).await;
+    let (p, report) = run_against_an_unavailable_provider(&pool, 2000).await;
     assert_eq!(report.exit_code, exit::TOO_MANY_FAILURES, "{report:?}");
     let s = status::gather(&pool, CAMPAIGN, 0.01).await.unwrap();
     let pause = s.paused.clone().expect("not paused");
