@@ -15,16 +15,18 @@
 //! stayed below 95 % of the limit.
 //! Everything is bounded in time and talks only to 127.0.0.1.
 
+#[path = "harness.rs"]
+mod harness;
+
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use campaign_sender::fake_provider::{Stats, TimelinePoint};
-use campaign_sender::store::MIGRATOR;
 use clap::Parser;
+use harness::sibling;
 use serde_json::json;
-use sqlx::{Connection, Executor};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -98,24 +100,6 @@ fn parse_event(s: &str) -> Result<(f64, String), String> {
     }
 }
 
-fn sibling(name: &str) -> anyhow::Result<PathBuf> {
-    let me = std::env::current_exe()?;
-    let p = me.parent().context("exe dir")?.join(name);
-    if !p.exists() {
-        bail!(
-            "{} not found next to drain: build all binaries (cargo build --release --bins)",
-            p.display()
-        );
-    }
-    Ok(p)
-}
-
-fn with_db(url: &str, db: &str) -> anyhow::Result<String> {
-    let mut u = reqwest::Url::parse(url).context("DATABASE_URL is not a URL")?;
-    u.set_path(&format!("/{db}"));
-    Ok(u.to_string())
-}
-
 fn peak_rss_kib(pid: u32) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     s.lines()
@@ -126,49 +110,14 @@ fn peak_rss_kib(pid: u32) -> Option<u64> {
         .ok()
 }
 
-struct Provider {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Provider {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_provider(a: &Args) -> anyhow::Result<Provider> {
-    use std::io::BufRead;
-    let mut child = Command::new(sibling("fake-provider")?)
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--rate",
-            &a.provider_rate.to_string(),
-            "--burst",
-            &a.burst.to_string(),
-        ])
-        .args([
-            "--latency-ms",
-            &a.latency_ms.to_string(),
-            "--jitter-ms",
-            &a.jitter_ms.to_string(),
-        ])
-        .args(["--faults", &a.faults])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .context("start fake-provider")?;
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().context("provider stdout")?)
-        .read_line(&mut line)?;
-    let base = line
-        .trim()
-        .strip_prefix("listening on ")
-        .context("unexpected fake-provider banner")?
-        .to_string();
-    Ok(Provider { child, base })
+fn start_provider(a: &Args) -> anyhow::Result<harness::Provider> {
+    harness::start_provider(&harness::provider_args(
+        a.provider_rate,
+        a.burst,
+        a.latency_ms,
+        a.jitter_ms,
+        &a.faults,
+    ))
 }
 
 #[tokio::main]
@@ -185,29 +134,8 @@ async fn main() -> anyhow::Result<()> {
     let campaign = "drain-campaign";
 
     // A fresh database for this run.
-    let mut admin = sqlx::PgConnection::connect(&a.database_url)
-        .await
-        .context("connect to DATABASE_URL")?;
-    admin
-        .execute(format!("CREATE DATABASE {run_id}").as_str())
-        .await?;
-    let db_url = with_db(&a.database_url, &run_id)?;
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(2)
-        .connect(&db_url)
-        .await?;
-    MIGRATOR.run(&pool).await?;
-    sqlx::query(
-        "INSERT INTO campaign_targets (campaign_id, member_id, email)
-         SELECT $1, g, 'member' || g || '@example.com' FROM generate_series(1, $2) g",
-    )
-    .bind(campaign)
-    .bind(a.targets)
-    .execute(&pool)
-    .await?;
-    sqlx::query("ANALYZE campaign_targets")
-        .execute(&pool)
-        .await?;
+    let (db_url, pool) =
+        harness::create_run_db(&a.database_url, &run_id, campaign, a.targets).await?;
 
     // The database's own ceiling, in this run: W loops of the same claim → fenced-finish
     // statements the workers use, with no HTTP, over a separate campaign.
@@ -377,16 +305,7 @@ async fn main() -> anyhow::Result<()> {
     let elapsed = started.elapsed().as_secs_f64();
     let mut reports = Vec::new();
     for w in workers.iter_mut() {
-        let mut out = String::new();
-        if let Some(mut o) = w.stdout.take() {
-            use std::io::Read;
-            o.read_to_string(&mut out)?;
-        }
-        reports.push(
-            out.lines()
-                .last()
-                .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok()),
-        );
+        reports.push(harness::report_of(w)?);
     }
     let s = stats(http.clone(), provider.base.clone()).await?;
     let per_second: Vec<TimelinePoint> = http
@@ -433,9 +352,7 @@ async fn main() -> anyhow::Result<()> {
     pool.close().await;
     drop(provider);
     if !a.keep {
-        admin
-            .execute(format!("DROP DATABASE {run_id} WITH (FORCE)").as_str())
-            .await?;
+        harness::drop_run_db(&a.database_url, &run_id).await?;
     }
 
     // Steady part: between 10 % and 90 % of the final deliveries.

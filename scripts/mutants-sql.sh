@@ -64,6 +64,14 @@ mutations=(
           AND opted_out_at IS NULL|          AND state <> 'pending'
           AND opted_out_at IS NULL|operator"
   "retry-failed: --since ignored|src/store.rs|          AND (\$4::timestamptz IS NULL OR updated_at >= \$4)|          AND (\$4::timestamptz IS NULL OR \$4 IS NOT NULL)|operator"
+  "heartbeat extends re-claimed rows|src/store.rs|               AND t.claim_id = r.claim_id
+|               AND r.claim_id IS NOT NULL
+|claim"
+  "pre-send check misses a takeover|src/store.rs|                OR t.claim_id IS DISTINCT FROM r.claim_id
+|                OR false
+|claim"
+  "release spends the attempt|src/store.rs|ELSE greatest(t.attempts - 1, 0) END|ELSE t.attempts END|sending"
+  "counts: an opted-out failed row twice|src/store.rs|WHERE opted_out_at IS NOT NULL AND state NOT IN ('sent', 'failed'))|WHERE opted_out_at IS NOT NULL AND state <> 'sent')|claim"
   "settings: the template is ignored|src/worker.rs|            settings.template.into(),
             cancel.child_token(),
             false,|            Arc::from(self.store.campaign_id()),
@@ -96,6 +104,8 @@ PY
     serve) tests=(--test it -- serve::) ;;
     operator) tests=(--test it -- operator::) ;;
     hostile) tests=(--test it -- hostile::) ;;
+    claim) tests=(--test it -- claim::) ;;
+    sending) tests=(--test it -- sending::) ;;
     *) tests=(--lib --test it) ;;
   esac
   out=$(cargo test --locked -q "${tests[@]}" 2>&1 || true)

@@ -14,6 +14,11 @@
 //!   parentheses) and by answer (`accepted`, `throttled`), for charts.
 //! - `GET /deliveries`: every delivered member with its first delivery time (for checks such as
 //!   "nothing delivered after an opt-out") and the distinct keys it was sent with.
+//! - `POST /chaos` `{"kind": "storm429" | "burst5xx" | "stall" | "off", "seconds", "retry_after_s",
+//!   "stall_ms"}`: for the chaos harness, a time-limited misbehaviour on top of the profile — a
+//!   429 storm with `Retry-After`, a burst of 500/502/503, or every request held `stall_ms`
+//!   before it is processed (delivered late, after the client gave up). Counted apart from the
+//!   rate limit's own 429s (`chaos_429`, `chaos_5xx`, `chaos_stalled`).
 //!
 //! Delivery time is when the request *arrived*, before any artificial latency.
 
@@ -79,6 +84,49 @@ pub struct Stats {
     pub members_delivered_more_than_once: u64,
     pub max_accepted_in_1s: u64,
     pub max_in_flight: u64,
+    /// The most requests that *arrived* in any 1-second window, whatever they were answered:
+    /// the load the senders offered, which must stay under the limit + burst.
+    #[serde(default)]
+    pub max_offered_in_1s: u64,
+    /// Requests in flight right now.
+    #[serde(default)]
+    pub in_flight: u64,
+    /// Answers forced by `POST /chaos`.
+    #[serde(default)]
+    pub chaos_429: u64,
+    #[serde(default)]
+    pub chaos_5xx: u64,
+    #[serde(default)]
+    pub chaos_stalled: u64,
+}
+
+/// A time-limited misbehaviour, set with `POST /chaos`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ChaosKind {
+    /// Every request answers 429 with `Retry-After: retry_after_s`.
+    Storm429,
+    /// Every request answers 500, 502 or 503 in turn.
+    Burst5xx,
+    /// Every request is held `stall_ms` before it is processed.
+    Stall,
+    /// Back to normal at once.
+    Off,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ChaosRequest {
+    pub kind: ChaosKind,
+    #[serde(default)]
+    pub seconds: f64,
+    #[serde(default = "one")]
+    pub retry_after_s: u64,
+    #[serde(default)]
+    pub stall_ms: u64,
+}
+
+fn one() -> u64 {
+    1
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -113,6 +161,21 @@ struct Inner {
     /// GCRA theoretical arrival time.
     tat: Option<Instant>,
     accepted_window: VecDeque<Instant>,
+    offered_window: VecDeque<Instant>,
+    /// The misbehaviour in force, and until when.
+    chaos: Option<(ChaosRequest, Instant)>,
+}
+
+/// Pushes `now` into a sliding 1-second window and returns how many are in it.
+fn in_last_second(window: &mut VecDeque<Instant>, now: Instant) -> u64 {
+    window.push_back(now);
+    while window
+        .front()
+        .is_some_and(|f| now.duration_since(*f) >= Duration::from_secs(1))
+    {
+        window.pop_front();
+    }
+    window.len() as u64
 }
 
 /// Shared state; tests read statistics from it directly.
@@ -157,7 +220,20 @@ impl FakeProvider {
     }
 
     pub fn stats(&self) -> Stats {
-        self.inner.lock().expect("fake lock").stats.clone()
+        let mut s = self.inner.lock().expect("fake lock").stats.clone();
+        s.in_flight = self.in_flight.load(Ordering::SeqCst);
+        s
+    }
+
+    /// Starts (or, with `Off`, ends) a misbehaviour for `seconds`.
+    pub fn set_chaos(&self, c: ChaosRequest) {
+        let mut inner = self.inner.lock().expect("fake lock");
+        inner.chaos = (c.kind != ChaosKind::Off).then(|| {
+            (
+                c.clone(),
+                Instant::now() + Duration::from_secs_f64(c.seconds.max(0.0)),
+            )
+        });
     }
 
     pub fn deliveries(&self) -> Vec<Delivery> {
@@ -194,15 +270,7 @@ impl FakeProvider {
             }
             inner.tat = Some(tat + t);
         }
-        inner.accepted_window.push_back(now);
-        while inner
-            .accepted_window
-            .front()
-            .is_some_and(|f| now.duration_since(*f) >= Duration::from_secs(1))
-        {
-            inner.accepted_window.pop_front();
-        }
-        let n = inner.accepted_window.len() as u64;
+        let n = in_last_second(&mut inner.accepted_window, now);
         inner.stats.max_accepted_in_1s = inner.stats.max_accepted_in_1s.max(n);
         Verdict::Accepted
     }
@@ -258,6 +326,43 @@ impl FakeProvider {
             .map(|w| w.chars().take(32).collect::<String>())
             .unwrap_or_else(|| "unknown".to_string());
         let second = arrived.duration_since(self.started).as_secs();
+        let chaos = {
+            let mut inner = self.inner.lock().expect("fake lock");
+            let offered = in_last_second(&mut inner.offered_window, arrived);
+            inner.stats.max_offered_in_1s = inner.stats.max_offered_in_1s.max(offered);
+            match &inner.chaos {
+                Some((c, until)) if arrived < *until => Some(c.clone()),
+                _ => None,
+            }
+        };
+        match chaos.as_ref().map(|c| c.kind) {
+            Some(ChaosKind::Storm429) => {
+                let c = chaos.as_ref().expect("matched");
+                self.inner.lock().expect("fake lock").stats.chaos_429 += 1;
+                return (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    [("retry-after", c.retry_after_s.to_string())],
+                    "rate limited (storm)",
+                )
+                    .into_response();
+            }
+            Some(ChaosKind::Burst5xx) => {
+                let mut inner = self.inner.lock().expect("fake lock");
+                inner.stats.chaos_5xx += 1;
+                let status = [
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    StatusCode::BAD_GATEWAY,
+                    StatusCode::SERVICE_UNAVAILABLE,
+                ][(inner.stats.chaos_5xx % 3) as usize];
+                return (status, "upstream trouble").into_response();
+            }
+            Some(ChaosKind::Stall) => {
+                let ms = chaos.as_ref().expect("matched").stall_ms;
+                self.inner.lock().expect("fake lock").stats.chaos_stalled += 1;
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+            }
+            Some(ChaosKind::Off) | None => {}
+        }
         let verdict = {
             let mut inner = self.inner.lock().expect("fake lock");
             let v = self.admit(&mut inner, arrived);
@@ -363,12 +468,18 @@ async fn deliveries(State(p): State<Arc<FakeProvider>>) -> Json<Vec<Delivery>> {
     Json(p.deliveries())
 }
 
+async fn chaos(State(p): State<Arc<FakeProvider>>, Json(c): Json<ChaosRequest>) -> StatusCode {
+    p.set_chaos(c);
+    StatusCode::NO_CONTENT
+}
+
 pub fn router(p: Arc<FakeProvider>) -> Router {
     Router::new()
         .route("/v1/send", post(send))
         .route("/stats", get(stats))
         .route("/deliveries", get(deliveries))
         .route("/timeline", get(timeline))
+        .route("/chaos", post(chaos))
         .route("/healthz", get(|| async { "ok" }))
         .with_state(p)
 }
@@ -413,5 +524,48 @@ mod tests {
             }
         }
         assert!((100..=111).contains(&admitted), "admitted {admitted}");
+    }
+
+    fn send_headers(key: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert("idempotency-key", key.parse().unwrap());
+        h
+    }
+
+    #[tokio::test]
+    async fn a_chaos_storm_answers_429_with_retry_after_apart_from_the_limit_and_then_ends() {
+        let p = FakeProvider::new(FakeConfig::default());
+        let body = br#"{"to":"a@example.com","member_id":1,"template":"t"}"#;
+        p.set_chaos(ChaosRequest {
+            kind: ChaosKind::Storm429,
+            seconds: 0.3,
+            retry_after_s: 7,
+            stall_ms: 0,
+        });
+        let r = p.handle(send_headers("t:1"), body).await;
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(r.headers()["retry-after"], "7");
+        p.set_chaos(ChaosRequest {
+            kind: ChaosKind::Burst5xx,
+            seconds: 0.3,
+            retry_after_s: 1,
+            stall_ms: 0,
+        });
+        assert!(p
+            .handle(send_headers("t:1"), body)
+            .await
+            .status()
+            .is_server_error());
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        assert_eq!(
+            p.handle(send_headers("t:1"), body).await.status(),
+            StatusCode::OK
+        );
+        let s = p.stats();
+        assert_eq!(
+            (s.chaos_429, s.chaos_5xx, s.throttled_429, s.delivered),
+            (1, 1, 0, 1)
+        );
+        assert_eq!(s.max_offered_in_1s, 3);
     }
 }

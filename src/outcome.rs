@@ -333,6 +333,77 @@ mod tests {
     }
 
     #[test]
+    fn addresses_at_the_length_limits_are_judged_by_the_rfc_limits() {
+        // 254 bytes in all and 64 in the local part are allowed; one more is not.
+        let at_limit = format!("{}@{}.com", "l".repeat(64), "d".repeat(254 - 64 - 1 - 4));
+        assert_eq!(at_limit.len(), 254);
+        assert!(plausible_email(Some(&at_limit)));
+        let too_long = format!("{}@{}.com", "l".repeat(64), "d".repeat(254 - 64 - 4));
+        assert!(!plausible_email(Some(&too_long)));
+        assert!(!plausible_email(Some(&format!(
+            "{}@example.com",
+            "l".repeat(65)
+        ))));
+        for bad in ["a@b.", "a\tb@c.d", "a@c.d\u{7}"] {
+            assert!(!plausible_email(Some(bad)), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn error_classes_and_outcomes_keep_their_stored_and_exported_names() {
+        // `last_error` in the database, `retry-failed --class`, and metric labels read these
+        // names: renaming one silently splits a dashboard or a retry.
+        let classes = [
+            (ErrorClass::Throttled, "throttled"),
+            (ErrorClass::ServerError, "server_error"),
+            (ErrorClass::Timeout, "timeout"),
+            (ErrorClass::Connect, "connect"),
+            (ErrorClass::Transport, "transport"),
+            (ErrorClass::Rejected, "rejected"),
+            (ErrorClass::UnexpectedStatus, "unexpected_status"),
+            (ErrorClass::InvalidEmail, "invalid_email"),
+            (ErrorClass::OptedOut, "opted_out"),
+            (ErrorClass::Released, "released"),
+        ];
+        for (c, name) in classes {
+            assert_eq!(c.as_str(), name);
+        }
+        let outcomes = [
+            (Resolution::Sent { status: 200 }, "sent"),
+            (
+                Resolution::RetryAfter {
+                    delay: Duration::ZERO,
+                    status: None,
+                    class: ErrorClass::Timeout,
+                },
+                "retry",
+            ),
+            (
+                Resolution::Failed {
+                    status: None,
+                    class: ErrorClass::Rejected,
+                },
+                "failed",
+            ),
+            (
+                Resolution::Released {
+                    class: ErrorClass::OptedOut,
+                },
+                "opted_out",
+            ),
+            (
+                Resolution::Released {
+                    class: ErrorClass::Released,
+                },
+                "released",
+            ),
+        ];
+        for (r, name) in outcomes {
+            assert_eq!(r.outcome(), name);
+        }
+    }
+
+    #[test]
     fn retry_after_accepts_seconds_and_http_dates() {
         let now = std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
         assert_eq!(parse_retry_after("7", now), Some(Duration::from_secs(7)));

@@ -76,7 +76,8 @@ pub struct CampaignCounts {
     pub failed: i64,
     pub pending: i64,
     pub sending: i64,
-    /// Opted out and not sent (sent before the opt-out stays `sent`).
+    /// Opted out and neither sent nor failed: never mailed, never will be (a row sent or
+    /// failed before its opt-out keeps that outcome, so the buckets add up to `total`).
     pub opted_out: i64,
 }
 
@@ -446,8 +447,10 @@ impl Store {
 
     /// Everything `status` shows about the rows, in one scan of the campaign's rows.
     ///
-    /// Invariants: opted out and not sent is not work (neither `pending` nor `sending`, but
-    /// `opted_out`); "sent recently" counts rows whose `sent_at` is in the last minute.
+    /// Invariants: the buckets partition the campaign — `sent` and `failed` are outcomes and
+    /// stand whenever the opt-out came; opted out and neither sent nor failed is not work
+    /// (neither `pending` nor `sending`, but `opted_out`), so a row is never counted twice;
+    /// "sent recently" counts rows whose `sent_at` is in the last minute.
     pub async fn progress(&self) -> Result<Progress, sqlx::Error> {
         // language=PostgreSQL
         let r = sqlx::query(
@@ -457,7 +460,7 @@ impl Store {
                    count(*) FILTER (WHERE state = 'failed'),
                    count(*) FILTER (WHERE state = 'pending' AND opted_out_at IS NULL),
                    count(*) FILTER (WHERE state = 'sending' AND opted_out_at IS NULL),
-                   count(*) FILTER (WHERE opted_out_at IS NOT NULL AND state <> 'sent'),
+                   count(*) FILTER (WHERE opted_out_at IS NOT NULL AND state NOT IN ('sent', 'failed')),
                    count(*) FILTER (WHERE state = 'pending' AND opted_out_at IS NULL
                                       AND not_before > now()),
                    count(*) FILTER (WHERE state = 'sent' AND sent_at > now() - interval '1 minute'),

@@ -162,3 +162,103 @@ async fn a_stale_worker_cannot_overwrite_a_row_after_it_was_reclaimed(pool: PgPo
     // And once settled, the stale worker still cannot touch them.
     assert_eq!(s.finish(slow.claim_id, &late).await.unwrap(), 0);
 }
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn opt_outs_on_sent_failed_waiting_and_in_flight_rows_are_each_counted_once(pool: PgPool) {
+    use campaign_sender::outcome::ErrorClass;
+    seed(&pool, CAMPAIGN, 10).await;
+    let s = store(&pool);
+    let b = s.claim(4, LEASE).await.unwrap();
+    let ids: Vec<i64> = b.rows.iter().map(|r| r.member_id).collect();
+    assert_eq!(ids, vec![1, 2, 3, 4]);
+    // 1 sent, 2 failed for good; 3 and 4 still in flight.
+    let settled = [
+        (1, Resolution::Sent { status: 200 }),
+        (
+            2,
+            Resolution::Failed {
+                status: Some(422),
+                class: ErrorClass::Rejected,
+            },
+        ),
+    ];
+    assert_eq!(s.finish(b.claim_id, &settled).await.unwrap(), 2);
+    // Another system opts out 1..=5: a sent, a failed, two in-flight and a waiting row.
+    sqlx::query("UPDATE campaign_targets SET opted_out_at = now() WHERE member_id <= 5")
+        .execute(&pool)
+        .await
+        .unwrap();
+    // 3's request was already on its way: its answer is still recorded. 4 is caught by the
+    // check before its send and released.
+    let in_flight = [
+        (3, Resolution::Sent { status: 200 }),
+        (
+            4,
+            Resolution::Released {
+                class: ErrorClass::OptedOut,
+            },
+        ),
+    ];
+    assert_eq!(s.finish(b.claim_id, &in_flight).await.unwrap(), 2);
+
+    let c = s.counts().await.unwrap();
+    // sent: 1 and 3 (an outcome stands); failed: 2; opted out: 4 and 5, never mailed; work
+    // left: 6..=10. Every row in exactly one bucket.
+    assert_eq!(
+        (c.sent, c.failed, c.opted_out, c.pending, c.sending),
+        (2, 1, 2, 5, 0),
+        "{c:?}"
+    );
+    assert_eq!(
+        c.sent + c.failed + c.opted_out + c.pending + c.sending,
+        c.total
+    );
+    // Nothing opted out is claimable again; the rest is.
+    let next = s.claim(100, LEASE).await.unwrap();
+    let ids: Vec<i64> = next.rows.iter().map(|r| r.member_id).collect();
+    assert_eq!(ids, vec![6, 7, 8, 9, 10]);
+}
+
+/// (member, claim) of every row of a batch: what a worker holds.
+fn held_by(b: &campaign_sender::store::Batch) -> Vec<(i64, uuid::Uuid)> {
+    b.rows.iter().map(|r| (r.member_id, b.claim_id)).collect()
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_heartbeat_extends_only_rows_still_held_under_its_own_claim(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 3).await;
+    let (a, b) = (store(&pool), store(&pool));
+    let first = a.claim(3, LEASE).await.unwrap();
+    let held = held_by(&first);
+    assert_eq!(a.extend_leases(&held, LEASE).await.unwrap(), 3);
+    // A's lease runs out (it was cut off); B re-claims with a short lease.
+    expire_leases(&pool).await;
+    let second = b.claim(3, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(second.rows.len(), 3);
+    // A's late heartbeat must not touch B's rows: B's lease stays as B set it.
+    assert_eq!(a.extend_leases(&held, LEASE).await.unwrap(), 0);
+    let longest: f64 = sqlx::query_scalar(
+        "SELECT max(extract(epoch FROM lease_until - now()))::float8 FROM campaign_targets",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(
+        longest <= 5.5,
+        "a stale heartbeat extended another claim's lease to {longest} s"
+    );
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn the_check_before_a_send_sees_rows_taken_over_by_another_claim(pool: PgPool) {
+    use campaign_sender::store::Hold;
+    seed(&pool, CAMPAIGN, 2).await;
+    let (a, b) = (store(&pool), store(&pool));
+    let first = a.claim(2, LEASE).await.unwrap();
+    let held = held_by(&first);
+    assert!(a.holds(&held).await.unwrap().is_empty(), "our own rows");
+    expire_leases(&pool).await;
+    b.claim(1, LEASE).await.unwrap();
+    // Row 1 is B's now: A must not send it. Row 2 is still A's (expired, not re-claimed).
+    assert_eq!(a.holds(&held).await.unwrap(), vec![(1, Hold::Lost)]);
+}
