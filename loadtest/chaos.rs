@@ -502,12 +502,11 @@ async fn main() -> anyhow::Result<()> {
             eprintln!("  {note}");
             log.push(note);
         }
-        if let Some(due) = pg_start_at.filter(|d| now >= *d) {
+        if pg_start_at.is_some_and(|d| now >= d) {
             pg.as_ref().expect("set").start()?;
             pg_start_at = None;
             pg_back.push(Instant::now());
             eprintln!("  t={:.1}s PostgreSQL back", at(Instant::now()));
-            let _ = due;
         }
         if blackhole_end.is_some_and(|d| now >= d) {
             pg_proxy.blackhole(false);

@@ -469,16 +469,7 @@ async fn db_ceiling(db_url: &str, loops: u32, rows: i64, batch: u32) -> anyhow::
         .max_connections(loops + 1)
         .connect(db_url)
         .await?;
-    sqlx::query(
-        "INSERT INTO campaign_targets (campaign_id, member_id, email)
-         SELECT 'db-ceiling', g, 'member' || g || '@example.com' FROM generate_series(1, $1) g",
-    )
-    .bind(rows)
-    .execute(&pool)
-    .await?;
-    sqlx::query("VACUUM ANALYZE campaign_targets")
-        .execute(&pool)
-        .await?;
+    harness::insert_targets(&pool, "db-ceiling", rows).await?;
     let store = Store::new(pool.clone(), "db-ceiling");
     let started = Instant::now();
     let tasks: Vec<_> = (0..loops)

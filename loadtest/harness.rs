@@ -232,18 +232,29 @@ pub async fn create_run_db(
         .connect(&db_url)
         .await?;
     campaign_sender::store::MIGRATOR.run(&pool).await?;
+    insert_targets(&pool, campaign, targets).await?;
+    Ok((db_url, pool))
+}
+
+/// `targets` generated rows (`member{N}@example.com`, members 1..=N) in `campaign`, then
+/// `VACUUM ANALYZE` so the planner sees them.
+pub async fn insert_targets(
+    pool: &sqlx::PgPool,
+    campaign: &str,
+    targets: i64,
+) -> anyhow::Result<()> {
     sqlx::query(
         "INSERT INTO campaign_targets (campaign_id, member_id, email)
          SELECT $1, g, 'member' || g || '@example.com' FROM generate_series(1, $2) g",
     )
     .bind(campaign)
     .bind(targets)
-    .execute(&pool)
+    .execute(pool)
     .await?;
-    sqlx::query("ANALYZE campaign_targets")
-        .execute(&pool)
+    sqlx::query("VACUUM ANALYZE campaign_targets")
+        .execute(pool)
         .await?;
-    Ok((db_url, pool))
+    Ok(())
 }
 
 pub async fn drop_run_db(admin_url: &str, run_id: &str) -> anyhow::Result<()> {
