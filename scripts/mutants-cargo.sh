@@ -1,8 +1,17 @@
 #!/usr/bin/env bash
-# `cargo mutants` (crates.io) over the Rust decision code that has unit tests of its own:
-# outcome classification, backoff, the retry budget, the address check, the stored class names
-# (src/outcome.rs). Fails if any mutant survives. Installs cargo-mutants if it is missing.
-#   scripts/mutants-cargo.sh   # ~10 min on 2 cores (a 2.5-min baseline build, then ~15 s a mutant),
+# `cargo mutants` (crates.io) over the Rust decision code that has unit tests of its own, against
+# the library's unit tests:
+#   src/outcome.rs     status classification, backoff, the retry budget, Retry-After, the address
+#                      check, the stored class names, the unreachable-provider pause
+#   src/pacer.rs       the quota and burst, grants that lapse, lowering, pauses, acquiring
+#   src/rate_share.rs  the pure planning of a round (`plan_round`, `PodRow`): fair shares, the
+#                      handover second, AIMD, expiry. The coordinator's database round trips
+#                      and its inputs (`Coordinator::*`, `limits_of_campaign`, `members`, `Signals::*`) are
+#                      excluded here: only the integration tests reach them, and
+#                      scripts/mutants-sql.sh breaks them by hand.
+# Fails if any mutant survives. A mutant that makes a test hang is cut at --timeout and counted
+# as caught (the suite did not pass). Installs cargo-mutants if it is missing.
+#   scripts/mutants-cargo.sh   # ~25 min on 2 cores (a ~2.5-min baseline build, then ~8 s a mutant),
 #                              # + ~3.5 min the first time to install cargo-mutants
 # Runs in a copy of the tree with target/ copied, so the working tree is never touched.
 set -euo pipefail
@@ -11,10 +20,20 @@ command -v cargo-mutants >/dev/null || cargo install cargo-mutants --locked --ve
 out=target/mutants-cargo
 rm -rf "$out" && mkdir -p "$out"
 rc=0
-cargo mutants --file src/outcome.rs --copy-target=true --timeout 120 --output "$out" -- --lib || rc=$?
-# Exit 2 = some mutants survived (listed in mutants.out/missed.txt); 3 = a timeout.
+# -C --lib: build and run only the library's unit-test binary for each mutant.
+cargo mutants --file src/outcome.rs --file src/pacer.rs --file src/rate_share.rs \
+  --exclude-re 'Coordinator::|limits_of_campaign|Signals::|members' \
+  --copy-target=true --timeout 20 --build-timeout 900 -C --lib --output "$out" || rc=$?
+m=$out/mutants.out
+count() { [ -f "$m/$1.txt" ] && wc -l <"$m/$1.txt" || echo 0; }
+echo "cargo mutants: $(count caught) caught, $(count timeout) timed out (caught), $(count missed) missed, $(count unviable) unviable" >&2
+# Exit 2 = some mutants survived (listed in missed.txt); 3 = only timeouts (hangs: caught).
+case "$rc" in
+  0) ;;
+  3) [ "$(count missed)" = 0 ] && rc=0 ;;
+esac
 if [ "$rc" != 0 ]; then
   echo "cargo mutants: survivors (exit $rc):" >&2
-  cat "$out/mutants.out/missed.txt" "$out/mutants.out/timeout.txt" 2>/dev/null >&2 || true
+  cat "$m/missed.txt" >&2 2>/dev/null || true
 fi
 exit "$rc"

@@ -33,9 +33,16 @@ mutations=(
   "rate share: every pod takes the whole limit|src/rate_share.rs|effective * report.weight / total_weight|effective|unit"
   "rate share: raise beyond the free capacity|src/rate_share.rs|fair.min(current.max(free))|fair|unit"
   "rate share: a 429 pauses only its own pod|src/rate_share.rs|self.pacer.pause_until(Instant::now() + left);|let _ = left;|fleet"
+  "rate share: a 429 is never reported to the fleet|src/rate_share.rs|        let _ = self.throttled.send(retry_after);|        let _ = retry_after;|fleet"
   "rate share: leaving keeps sending|src/rate_share.rs|    async fn leave(&self) {
         self.pacer.revoke();|    async fn leave(&self) {|fleet"
-  "rate share: an idle pod keeps its share|src/worker.rs|                    .set_busy(self.queued.load(Ordering::SeqCst) > 0);|                    .set_busy(true);|serve"
+  "rate share: an idle pod keeps its share|src/worker.rs|                    .set_busy(self.holding.load(Ordering::SeqCst) > 0);|                    .set_busy(true);|serve"
+  "claim gate: holds FLUSH_MAX_ROWS more than its bound|src/worker.rs|            while self.holding.load(Ordering::SeqCst) >= low_water {|            while self.holding.load(Ordering::SeqCst) >= low_water + self.cfg().flush_max_rows as usize {|sending"
+  "claim gate: no early write for a waiting claimer|src/worker.rs|let makes_room = n_pending > 0|let makes_room = false && n_pending > 0|sending"
+  "unreachable: a refused connect spends an attempt|src/provider.rs|Err(e) if e.is_connect() => Attempt::Undelivered {|Err(e) if false && e.is_connect() => Attempt::Undelivered {|hostile"
+  "unreachable: no pause of the pod|src/worker.rs|pacer.pause_until(Instant::now() + pause);|let _ = Instant::now() + pause;|hostile"
+  "unreachable: no one-at-a-time probing|src/worker.rs|            if probe {|            if probe && false {|hostile"
+  "threshold: own failures wait for the 1-s check|src/worker.rs|&& (failed_in_db + new_here > self.failure_budget|&& (false|exit"
   "pacer: a share never lapses|src/pacer.rs|s.valid_until = Some(valid_until);|s.valid_until = Some(valid_until + Duration::from_secs(3600));|unit"
   "provider: redirects are followed|src/provider.rs|.redirect(reqwest::redirect::Policy::none())|.redirect(reqwest::redirect::Policy::limited(5))|hostile"
   "provider: an attempt has no total bound|src/provider.rs|            .timeout(connect + read)
@@ -104,6 +111,7 @@ PY
     serve) tests=(--test it -- serve::) ;;
     operator) tests=(--test it -- operator::) ;;
     hostile) tests=(--test it -- hostile::) ;;
+    exit) tests=(--test it -- exit_codes::) ;;
     claim) tests=(--test it -- claim::) ;;
     sending) tests=(--test it -- sending::) ;;
     *) tests=(--lib --test it) ;;

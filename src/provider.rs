@@ -7,6 +7,11 @@
 //! `Idempotency-Key: {campaign_id}:{member_id}` (the same on every attempt: the provider
 //! suppresses repeats for 24 h, which is what makes a re-send after a crash harmless), and
 //! `Authorization: Bearer {MAIL_API_KEY}` when a key is set.
+//!
+//! HTTPS is verified (rustls, the built-in Mozilla roots of webpki-roots, names checked); there
+//! is deliberately no switch to accept an unverified certificate: an endpoint that fails the
+//! handshake never sees an address or the key, and counts as unreachable (rows deferred, not
+//! failed). Tested by `tls::an_https_provider_whose_certificate_we_cannot_verify_gets_no_request`.
 
 use std::time::{Duration, SystemTime};
 
@@ -103,11 +108,15 @@ impl Provider {
                 }
                 classify(status, retry_after)
             }
+            // No connection was made (refused, DNS, TLS handshake, connect timeout): the request
+            // never left, so no attempt is spent. reqwest marks only connector errors this way;
+            // a reused connection that breaks is a transport error below.
+            Err(e) if e.is_connect() => Attempt::Undelivered {
+                class: ErrorClass::Connect,
+            },
             Err(e) => {
                 let class = if e.is_timeout() {
                     ErrorClass::Timeout
-                } else if e.is_connect() {
-                    ErrorClass::Connect
                 } else {
                     ErrorClass::Transport
                 };

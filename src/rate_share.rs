@@ -158,10 +158,10 @@ pub fn plan_round(
     // AIMD on the key's effective limit.
     let mut l = limit.clone();
     let mut effective = l.effective_per_s.min(fleet_limit);
+    // Additive increase for the time since the last update or the end of a pause (none before).
     let since = l.paused_until.map_or(l.updated_at, |p| p.max(l.updated_at));
-    if now > since {
-        effective = (effective + fleet_limit * INCREASE_PER_S * secs(now - since)).min(fleet_limit);
-    }
+    let grown = fleet_limit * INCREASE_PER_S * secs(now - since).max(0.0);
+    effective = (effective + grown).min(fleet_limit);
     if let Some(retry_after) = report.throttled {
         let until = now + delta(retry_after.unwrap_or(DEFAULT_PAUSE));
         l.paused_until = Some(l.paused_until.map_or(until, |p| p.max(until)));
@@ -177,7 +177,8 @@ pub fn plan_round(
 
     // This pod's share.
     let total_weight: f64 = live.iter().map(|p| p.weight).sum::<f64>() + report.weight;
-    let fair = if report.weight > 0.0 && total_weight > 0.0 {
+    // (total_weight ≥ report.weight > 0: no division by zero.)
+    let fair = if report.weight > 0.0 {
         effective * report.weight / total_weight
     } else {
         0.0
@@ -623,6 +624,28 @@ mod tests {
 
     const TTL: Duration = Duration::from_millis(3000);
 
+    #[test]
+    fn the_handover_second_and_the_share_end_at_their_instant_exactly() {
+        let row = PodRow {
+            pod_id: Uuid::nil(),
+            weight: 1.0,
+            limit_per_s: 500.0,
+            share_per_s: 100.0,
+            prev_share_per_s: 250.0,
+            share_changed_at: t(0),
+            expires_at: t(3000),
+        };
+        // Within the handover second the old, larger share is still committed; from its end
+        // (inclusive) only the new one.
+        assert_eq!(row.committed(t(999)), 250.0);
+        assert_eq!(row.committed(t(1000)), 100.0);
+        // Live strictly before expiry; committed until a second after it.
+        assert!(row.live(t(2999)));
+        assert!(!row.live(t(3000)));
+        assert_eq!(row.committed(t(3999)), 100.0);
+        assert_eq!(row.committed(t(4000)), 0.0);
+    }
+
     fn report(weight: f64) -> Report {
         Report {
             weight,
@@ -858,6 +881,85 @@ mod tests {
             let rate = f.sent_between(from, to) as f64 / ((to - from) as f64 / 1000.0);
             assert!(rate >= 475.0, "{rate:.0}/s between {from} and {to} ms");
         }
+    }
+
+    #[test]
+    fn shares_follow_weight_a_lone_idle_pod_holds_none_and_a_tiny_share_still_drops_to_zero() {
+        let l = limit_row();
+        // Alone and idle: nothing (the total weight is 0: no share from a division by it).
+        let idle = plan_round(t(0), None, Uuid::new_v4(), report(0.0), &[], &l);
+        assert_eq!(idle.me.share_per_s, 0.0);
+        // The fair share is proportional to weight: 3 of 4 next to a pod holding nothing.
+        let other = PodRow {
+            pod_id: Uuid::new_v4(),
+            weight: 1.0,
+            limit_per_s: 500.0,
+            share_per_s: 0.0,
+            prev_share_per_s: 0.0,
+            share_changed_at: t(-5000),
+            expires_at: t(3000),
+        };
+        let heavy = plan_round(
+            t(0),
+            None,
+            Uuid::new_v4(),
+            report(3.0),
+            &[other.clone()],
+            &l,
+        );
+        assert_eq!(heavy.me.share_per_s, 375.0);
+        // A share smaller than MIN_CHANGE_PER_S is still given up when the pod goes idle.
+        let tiny = PodRow {
+            share_per_s: 0.3,
+            ..other
+        };
+        let p = plan_round(t(0), Some(&tiny), tiny.pod_id, report(0.0), &[], &l);
+        assert!(p.changed);
+        assert_eq!(p.me.share_per_s, 0.0);
+    }
+
+    #[test]
+    fn the_longest_retry_after_of_a_round_wins_and_none_means_the_default() {
+        let s = Duration::from_secs;
+        assert_eq!(longest(None, None), None);
+        assert_eq!(longest(Some(None), None), None);
+        assert_eq!(longest(None, Some(s(3))), Some(s(3)));
+        assert_eq!(longest(Some(None), Some(s(3))), Some(s(3)));
+        assert_eq!(longest(Some(Some(s(2))), None), Some(s(2)));
+        assert_eq!(longest(Some(Some(s(5))), Some(s(3))), Some(s(5)));
+        assert_eq!(longest(Some(Some(s(2))), Some(s(7))), Some(s(7)));
+    }
+
+    #[test]
+    fn a_share_of_exactly_the_minimum_rate_is_a_rate_and_live_pods_count_this_one() {
+        // Limit 0.01/s (MIN_RATE_PER_S), one pod at 0.3/s: its fair share is 0.01, a change of
+        // 0.29 (< MIN_CHANGE_PER_S) and not a drop to nothing, so the share is left alone.
+        let row = PodRow {
+            pod_id: Uuid::new_v4(),
+            weight: 1.0,
+            limit_per_s: MIN_RATE_PER_S,
+            share_per_s: 0.3,
+            prev_share_per_s: 0.3,
+            share_changed_at: t(-5000),
+            expires_at: t(3000),
+        };
+        let tiny_limit = Report {
+            limit_per_s: MIN_RATE_PER_S,
+            ..report(1.0)
+        };
+        let p = plan_round(t(0), Some(&row), row.pod_id, tiny_limit, &[], &limit_row());
+        assert!(!p.changed, "{p:?}");
+        assert_eq!(p.me.share_per_s, 0.3);
+        assert_eq!(p.live_pods, 1);
+        let two = plan_round(
+            t(0),
+            None,
+            Uuid::new_v4(),
+            report(1.0),
+            &[row],
+            &limit_row(),
+        );
+        assert_eq!(two.live_pods, 2);
     }
 
     #[test]

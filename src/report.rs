@@ -49,6 +49,9 @@ pub struct WorkerStats {
     pub released: u64,
     /// Claimed rows that had opted out by the time of sending: released, not sent.
     pub opted_out: u64,
+    /// Attempts that found the provider unreachable (no connection): the row went back to
+    /// `pending` after a backoff without spending an attempt.
+    pub deferred: u64,
     pub invalid_email: u64,
     /// Results the fence refused: the row had been re-claimed by someone else.
     pub stale_writes: u64,
@@ -82,6 +85,7 @@ impl WorkerStats {
                 class: ErrorClass::OptedOut,
             } => self.opted_out += 1,
             Resolution::Released { .. } => self.released += 1,
+            Resolution::Deferred { .. } => self.deferred += 1,
         }
     }
 
@@ -94,6 +98,7 @@ impl WorkerStats {
         self.failed += o.failed;
         self.released += o.released;
         self.opted_out += o.opted_out;
+        self.deferred += o.deferred;
         self.invalid_email += o.invalid_email;
         self.stale_writes += o.stale_writes;
         self.finish_errors += o.finish_errors;
@@ -154,7 +159,8 @@ impl RunReport {
         format!(
             "{worker}: {reason:?} after {el:.1}s, exit {code}\n  \
              this worker: {req} requests, {sent} sent, {retry} retries scheduled, {failed} failed, \
-             {rel} released, {oo} skipped (opted out), {stale} stale writes\n  \
+             {rel} released, {oo} skipped (opted out), {def} deferred (provider unreachable), \
+             {stale} stale writes\n  \
              campaign: {total} targets, {csent} sent, {cfailed} failed (budget {budget}), \
              {pending} pending, {sending} sending, {copt} opted out",
             worker = self.worker,
@@ -167,6 +173,7 @@ impl RunReport {
             failed = s.failed,
             rel = s.released,
             oo = s.opted_out,
+            def = s.deferred,
             stale = s.stale_writes,
             total = c.total,
             csent = c.sent,

@@ -352,6 +352,13 @@ impl Store {
                 Resolution::Released { class } => {
                     ("pending", false, None, None, Some(class.as_str()))
                 }
+                Resolution::Deferred { delay, class } => (
+                    "pending",
+                    false,
+                    Some(delay.as_millis() as i64),
+                    None,
+                    Some(class.as_str()),
+                ),
             };
             ids.push(*member_id);
             states.push(state);

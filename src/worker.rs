@@ -3,30 +3,36 @@
 //! ```text
 //!  claimer ──rows──▶ gate/dispatcher ──spawns──▶ sends (≤ SEND_CONCURRENCY) ──results──▶ flusher
 //!     ▲  claims a batch only when fewer    │ token from the pacer                  │ fenced writes every
-//!     │  than `low_water` rows are queued  │ fresh opt-out/ownership check          │ FLUSH_MAX_ROWS or
-//!     └──────────── room ◀─────────────────┘                                        │ FLUSH_INTERVAL_MS
+//!     │  than `low_water` rows are held    │ fresh opt-out/ownership check          │ FLUSH_MAX_ROWS or
+//!     │                                    │                                        │ FLUSH_INTERVAL_MS, or
+//!     └──────────── room: rows written ◀────────────────────────────────────────────┤ at once for a waiting claim
 //!  heartbeat: every LEASE_S/3 extends the lease of every row still held (fenced) ◀──┘ (rows leave `held`)
 //! ```
 //!
 //! - **Pipelined batches**: the next batch is claimed while the current one is still sending, but
-//!   only when the queue of claimed-but-unsent rows is below `low_water` (about half a second of
-//!   work), so a pod never hoards rows another pod could send.
+//!   only when fewer than `low_water` rows (about half a second of work) are held — claimed and
+//!   not yet written, whether unsent, in flight or answered and waiting for the flusher — so a pod
+//!   never hoards rows another pod could send.
 //! - **Gate**: before any send starts, the pacer (governor, at this pod's share of the fleet-wide
-//!   limit: [`crate::rate_share`]) hands out a token — every HTTP attempt spends one — and a check at most `OPTOUT_RECHECK_MS` old must have seen the row
-//!   still ours and not opted out.
+//!   limit: [`crate::rate_share`]) hands out a token — every HTTP attempt spends one — and a
+//!   check at most `OPTOUT_RECHECK_MS` old must have seen the row still ours and not opted out.
 //! - **Results flushed as they come**, in small fenced groups, so a crash re-sends at most what
 //!   was in flight plus one flush interval.
 //! - **Heartbeat**: rows held by a live worker never expire, so `LEASE_S` can be short and a
 //!   killed worker's rows come back quickly.
+//! - **Provider unreachable** (no connection at all): the row is deferred without spending an
+//!   attempt, and the pod pauses, then probes one request at a time until one is answered.
 //! - **Stopping** (SIGTERM, deadline, failure threshold, a step's `stop_at`): nothing new is
 //!   claimed or started; in-flight requests finish (bounded by the request timeout); their
 //!   results are written, and every claimed-but-unsent row is released at once in the same
 //!   fenced write, without counting the attempt.
 //!
-//! Memory is flat in campaign size: what is held is bounded by `BATCH_SIZE + low_water` rows.
+//! Memory is flat in campaign size, and what a SIGKILL can leave `sending` is bounded: a pod holds
+//! fewer than `BATCH_SIZE + low_water` rows at any moment (room is made only when a row's result
+//! is written, in `Pipeline::forget`; the flusher writes early when the claimer waits for room).
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -39,7 +45,9 @@ use uuid::Uuid;
 use crate::campaign;
 use crate::config::RunConfig;
 use crate::metrics as m;
-use crate::outcome::{plausible_email, resolve, Attempt, ErrorClass, Resolution, RetryPolicy};
+use crate::outcome::{
+    plausible_email, resolve, unreachable_pause, Attempt, ErrorClass, Resolution, RetryPolicy,
+};
 use crate::pacer::Pacer;
 use crate::provider::Provider;
 use crate::rate_share::{self, Coordinator, Signals};
@@ -77,6 +85,41 @@ pub struct Worker {
     name: String,
     outage_limit: Duration,
     stats: Mutex<WorkerStats>,
+    reach: Arc<Reachability>,
+}
+
+/// Whether the provider can be reached, as this pod's attempts last found it. While it cannot,
+/// the pod's pacer is paused ([`unreachable_pause`]) and the gate sends one request at a time,
+/// so only a probe now and then is made; claimed rows wait, leased and heartbeated, instead of
+/// each being tried and deferred.
+struct Reachability {
+    /// This worker's name, for the two log lines (never personal data).
+    worker: String,
+    down_since: Mutex<Option<Instant>>,
+}
+
+impl Reachability {
+    /// An attempt could not connect: how long to pause sending.
+    fn unreachable(&self, policy: &RetryPolicy) -> Duration {
+        let now = Instant::now();
+        let mut down = self.down_since.lock().expect("lock");
+        if down.is_none() {
+            warn!(worker = %self.worker, "provider unreachable (no connection); pausing sends, claimed rows are kept and no attempt is spent");
+        }
+        let since = *down.get_or_insert(now);
+        unreachable_pause(policy, now - since, rand::random::<f64>())
+    }
+
+    fn is_down(&self) -> bool {
+        self.down_since.lock().expect("lock").is_some()
+    }
+
+    /// An attempt got an answer (of any kind): the provider is reachable.
+    fn reached(&self) {
+        if let Some(since) = self.down_since.lock().expect("lock").take() {
+            info!(worker = %self.worker, down_s = since.elapsed().as_secs_f64(), "provider reachable again; sending resumes");
+        }
+    }
 }
 
 /// What a send (or the gate) reports to the flusher.
@@ -104,9 +147,15 @@ struct Pipeline<'a> {
     fatal: Mutex<Option<RunError>>,
     /// Rows claimed and not yet written, by claim: what the heartbeat extends.
     held: Mutex<HashMap<Uuid, HashSet<i64>>>,
-    /// Rows claimed and not yet handed to a send (or settled): the claimer's room.
-    queued: AtomicUsize,
+    /// How many rows `held` has: claimed and not yet written (or given up as lost). The claimer
+    /// claims only while this is below `low_water`, so it is also the bound on what a crash can
+    /// leave `sending`: unsent, in flight and answered-but-unflushed rows all count until written.
+    holding: AtomicUsize,
+    /// Signalled when rows are forgotten (written): the claimer looks at `holding` again.
     room: Notify,
+    /// The claimer is waiting for room: the flusher writes early once that would make enough
+    /// (otherwise answered rows waiting for FLUSH_INTERVAL_MS would stall the next claim).
+    room_wanted: AtomicBool,
     claimed: AtomicUsize,
 }
 
@@ -137,8 +186,9 @@ impl Worker {
             cap: Duration::from_millis(cfg.backoff_max_ms),
             retry_after_cap: Duration::from_secs(cfg.retry_after_max_s),
         };
+        let cfg_name = cfg.worker_name();
         Ok(Self {
-            name: cfg.worker_name(),
+            name: cfg_name.clone(),
             cfg: Arc::new(cfg),
             store,
             provider,
@@ -149,6 +199,10 @@ impl Worker {
             policy,
             outage_limit,
             stats: Default::default(),
+            reach: Arc::new(Reachability {
+                worker: cfg_name.clone(),
+                down_since: Mutex::new(None),
+            }),
         })
     }
 
@@ -243,7 +297,7 @@ impl Worker {
                             "campaign done; idling until new rows arrive"
                         );
                         // The claimer already gave the share back (nothing claimable, nothing
-                        // queued), so idling holds no capacity.
+                        // held), so idling holds no capacity.
                         if !self.idle_until_work(&cancel).await? {
                             report.reason = StopReason::Signal;
                             report.exit_code = crate::report::exit::DONE;
@@ -422,8 +476,9 @@ impl<'a> Pipeline<'a> {
             reason: Mutex::new(None),
             fatal: Mutex::new(None),
             held: Mutex::new(HashMap::new()),
-            queued: AtomicUsize::new(0),
+            holding: AtomicUsize::new(0),
             room: Notify::new(),
+            room_wanted: AtomicBool::new(false),
             claimed: AtomicUsize::new(0),
         }
     }
@@ -444,13 +499,8 @@ impl<'a> Pipeline<'a> {
         self.stop.cancel();
     }
 
-    fn left_gate(&self, n: usize) {
-        self.queued.fetch_sub(n, Ordering::SeqCst);
-        self.room.notify_one();
-    }
-
-    /// Claim only when the queue of unsent rows is below about half a second of work (and at
-    /// least enough to keep every send slot busy), capped at one batch.
+    /// Claim only when fewer rows than about half a second of work (and at least enough to keep
+    /// every send slot busy), capped at one batch, are held — unsent, in flight or unwritten.
     fn low_water(&self) -> usize {
         let c = self.cfg();
         (c.send_concurrency as usize)
@@ -510,12 +560,14 @@ impl<'a> Pipeline<'a> {
         let w = self.w;
         let low_water = self.low_water();
         loop {
-            while self.queued.load(Ordering::SeqCst) >= low_water {
+            while self.holding.load(Ordering::SeqCst) >= low_water {
+                self.room_wanted.store(true, Ordering::SeqCst);
                 tokio::select! {
                     _ = self.room.notified() => {}
                     _ = self.stop.cancelled() => return None,
                 }
             }
+            self.room_wanted.store(false, Ordering::SeqCst);
             if self.stop.is_cancelled() {
                 return None;
             }
@@ -530,10 +582,10 @@ impl<'a> Pipeline<'a> {
                 }
             };
             if batch.rows.is_empty() {
-                // Nothing claimable: hold no share of the fleet's limit unless rows are queued.
+                // Nothing claimable: hold no share of the fleet's limit unless rows are held.
                 self.w
                     .signals
-                    .set_busy(self.queued.load(Ordering::SeqCst) > 0);
+                    .set_busy(self.holding.load(Ordering::SeqCst) > 0);
                 let rem = match w.retrying(|| w.store.remaining()).await {
                     Ok(r) => r,
                     Err(e) => {
@@ -577,7 +629,7 @@ impl<'a> Pipeline<'a> {
                 batch.claim_id,
                 batch.rows.iter().map(|r| r.member_id).collect(),
             );
-            self.queued.fetch_add(n, Ordering::SeqCst);
+            self.holding.fetch_add(n, Ordering::SeqCst);
             for row in batch.rows {
                 // The dispatcher outlives the claimer, so the channel is open.
                 let _ = tx.send((batch.claim_id, row));
@@ -679,7 +731,6 @@ impl<'a> Pipeline<'a> {
                                 },
                             };
                             let _ = res.send(o);
-                            self.left_gate(1);
                         }
                     }
                 }
@@ -692,14 +743,15 @@ impl<'a> Pipeline<'a> {
             let Some((claim_id, row)) = cleared.pop_front() else {
                 continue; // the whole chunk was held back; the token is simply unused
             };
-            self.left_gate(1);
             let template = self.template.clone();
             let provider = self.w.provider.clone();
             let policy = self.w.policy;
             let res = res.clone();
             let pacer = self.w.pacer.clone();
             let signals = self.w.signals.clone();
-            tokio::spawn(async move {
+            let reach = self.w.reach.clone();
+            let probe = self.w.reach.is_down();
+            let send = tokio::spawn(async move {
                 let t0 = Instant::now();
                 let attempt = provider
                     .send(
@@ -710,6 +762,17 @@ impl<'a> Pipeline<'a> {
                     )
                     .await;
                 m::request(t0.elapsed());
+                let pause = if let Attempt::Undelivered { .. } = &attempt {
+                    // Nobody to send to: this pod sends nothing for a while (growing with the
+                    // outage); the row waits at least as long, without spending an attempt.
+                    m::unreachable();
+                    let pause = reach.unreachable(&policy);
+                    pacer.pause_until(Instant::now() + pause);
+                    Some(pause)
+                } else {
+                    reach.reached();
+                    None
+                };
                 if let Attempt::Retry {
                     class: ErrorClass::Throttled,
                     retry_after,
@@ -722,12 +785,16 @@ impl<'a> Pipeline<'a> {
                     pacer.pause_until(Instant::now() + ra.unwrap_or(rate_share::DEFAULT_PAUSE));
                     signals.throttled(ra);
                 }
-                let resolution = resolve(
+                let mut resolution = resolve(
                     attempt,
                     row.attempt.max(1) as u32,
                     &policy,
                     rand::random::<f64>(),
                 );
+                if let (Resolution::Deferred { delay, .. }, Some(pause)) = (&mut resolution, pause)
+                {
+                    *delay = (*delay).max(pause);
+                }
                 let _ = res.send(Outcome::Row {
                     claim_id,
                     member_id: row.member_id,
@@ -736,6 +803,11 @@ impl<'a> Pipeline<'a> {
                 });
                 drop(permit);
             });
+            if probe {
+                // Unreachable so far: one request at a time, each after the pause its
+                // predecessor set, until one gets an answer.
+                let _ = send.await;
+            }
         }
 
         // Stopping (or all input handed out): release whatever was not started, including rows
@@ -750,7 +822,6 @@ impl<'a> Pipeline<'a> {
                 },
                 requested: false,
             });
-            self.left_gate(1);
         };
         unchecked
             .drain(..)
@@ -786,19 +857,21 @@ impl<'a> Pipeline<'a> {
             },
             requested: false,
         });
-        self.left_gate(1);
     }
 
     /// Writes results in small fenced groups: every FLUSH_MAX_ROWS, or FLUSH_INTERVAL_MS after
-    /// the oldest unwritten one arrived, and at the end.
+    /// the oldest unwritten one arrived, as soon as writing them lets a waiting claimer claim,
+    /// and at the end.
     async fn flusher(&self, mut rx: mpsc::UnboundedReceiver<Outcome>) {
         let max_rows = self.cfg().flush_max_rows as usize;
+        let low_water = self.low_water();
         let interval = self.cfg().flush_interval();
         let mut pending: HashMap<Uuid, Vec<(i64, Resolution)>> = HashMap::new();
         let mut n_pending = 0usize;
         let mut oldest: Option<Instant> = None;
         let mut last_failure_check: Option<Instant> = None;
         let mut failures_seen = 0u64;
+        let mut failed_in_db = 0i64;
         loop {
             let flush_at = oldest.map(|t| t + interval);
             let closed = tokio::select! {
@@ -826,19 +899,31 @@ impl<'a> Pipeline<'a> {
                 _ = async { tokio::time::sleep_until(flush_at.expect("guarded")).await }, if flush_at.is_some() => false,
             };
             let due = flush_at.is_some_and(|t| Instant::now() >= t);
-            if closed || due || n_pending >= max_rows {
+            // Written, these rows would let a waiting claimer claim: write them now.
+            let makes_room = n_pending > 0
+                && self.room_wanted.load(Ordering::SeqCst)
+                && self
+                    .holding
+                    .load(Ordering::SeqCst)
+                    .saturating_sub(n_pending)
+                    < low_water;
+            if closed || due || makes_room || n_pending >= max_rows {
                 self.flush(std::mem::take(&mut pending)).await;
                 n_pending = 0;
                 oldest = None;
-                // The failure threshold, checked at most once a second when failures grew.
+                // The failure threshold, checked when failures grew: at once if this worker's
+                // own new failures could cross it, else at most once a second (for the others').
                 let failed_here = self.w.stats().failed;
+                let new_here = failed_here.saturating_sub(failures_seen) as i64;
                 if !self.one_batch
-                    && failed_here > failures_seen
-                    && last_failure_check.is_none_or(|t| t.elapsed() >= Duration::from_secs(1))
+                    && new_here > 0
+                    && (failed_in_db + new_here > self.failure_budget
+                        || last_failure_check.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)))
                 {
                     failures_seen = failed_here;
                     last_failure_check = Some(Instant::now());
                     if let Ok(failed) = self.w.store.failed_count().await {
+                        failed_in_db = failed;
                         if failed > self.failure_budget {
                             warn!(
                                 failed,
@@ -873,15 +958,24 @@ impl<'a> Pipeline<'a> {
         }
     }
 
+    /// Rows written (or given up): no longer extended, no longer counted against the claimer's
+    /// room. The only place `holding` goes down.
     fn forget(&self, claim_id: Uuid, members: &[i64]) {
-        let mut held = self.held.lock().expect("lock");
-        if let Some(set) = held.get_mut(&claim_id) {
-            for m in members {
-                set.remove(m);
+        let mut gone = 0;
+        {
+            let mut held = self.held.lock().expect("lock");
+            if let Some(set) = held.get_mut(&claim_id) {
+                for m in members {
+                    gone += set.remove(m) as usize;
+                }
+                if set.is_empty() {
+                    held.remove(&claim_id);
+                }
             }
-            if set.is_empty() {
-                held.remove(&claim_id);
-            }
+        }
+        if gone > 0 {
+            self.holding.fetch_sub(gone, Ordering::SeqCst);
+            self.room.notify_one();
         }
     }
 

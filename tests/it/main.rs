@@ -15,3 +15,4 @@ mod rate_share;
 mod security;
 mod sending;
 mod serve;
+mod tls;

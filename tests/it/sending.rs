@@ -123,6 +123,66 @@ async fn a_cancelled_run_releases_unsent_rows_at_once(pool: PgPool) {
     assert_eq!(report.stats.sent as i64, *st.get("sent").unwrap());
 }
 
+/// What a SIGKILL can leave `sending` (and another pod must wait a lease for) is bounded by
+/// what one pod holds: fewer than `BATCH_SIZE + low_water` rows, counting rows in flight and
+/// answered-but-unwritten ones, not only unsent ones. Slow flushes and wide concurrency make the
+/// unwritten rows pile up if the claimer forgets them.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_worker_never_holds_more_than_a_batch_plus_the_low_water_mark(pool: PgPool) {
+    const N: i64 = 2000;
+    seed(&pool, CAMPAIGN, N).await;
+    let p = provider(FakeConfig {
+        latency_mean_ms: 20,
+        ..Default::default()
+    })
+    .await;
+    let mut cfg = config(&p.url);
+    cfg.batch_size = 50;
+    cfg.send_concurrency = 64; // low_water = min(max(64, 5000 / 2), 50) = 50
+    cfg.flush_max_rows = 1000;
+    cfg.flush_interval_ms = 500;
+    let bound = 50 + 50;
+    let w = worker(&pool, cfg).await;
+    let done = CancellationToken::new();
+    let sampler = {
+        let (pool, done) = (pool.clone(), done.clone());
+        tokio::spawn(async move {
+            let (mut max, mut samples) = (0i64, 0u32);
+            // Bounded: the run below ends within its deadline; at most 20 000 samples.
+            while !done.is_cancelled() && samples < 20_000 {
+                let n: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM campaign_targets WHERE state = 'sending'",
+                )
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+                max = max.max(n);
+                samples += 1;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            (max, samples)
+        })
+    };
+    let report = w.run(CancellationToken::new()).await.unwrap();
+    done.cancel();
+    let (max, samples) = sampler.await.unwrap();
+    assert_eq!(report.exit_code, 0, "{report:?}");
+    assert_eq!(report.campaign.sent, N, "{report:?}");
+    assert!(
+        samples > 20,
+        "too few samples ({samples}) to see the holding"
+    );
+    assert!(
+        max < bound,
+        "one worker held {max} rows `sending` (bound {bound}) over {samples} samples"
+    );
+    // Not vacuous: the next batch was claimed while the last one was still held (pipelining).
+    assert!(
+        max > 50,
+        "never more than one batch held ({max}): no pipelining"
+    );
+}
+
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn the_idempotency_key_is_the_same_on_every_attempt(pool: PgPool) {
     seed(&pool, CAMPAIGN, 100).await;
