@@ -107,9 +107,16 @@ pub async fn connect(cfg: &DbConfig) -> Result<PgPool, sqlx::Error> {
     let give_up = tokio::time::Instant::now() + Duration::from_secs(cfg.db_connect_retry_s);
     let mut wait = Duration::from_millis(200);
     loop {
+        // sqlx itself keeps retrying a refused connection until the acquire timeout: cap that at
+        // what is left of DB_CONNECT_RETRY_S (at least 500 ms), so the limit is the limit.
+        let left = give_up.saturating_duration_since(tokio::time::Instant::now());
         let attempt = PgPoolOptions::new()
             .max_connections(cfg.db_max_connections)
-            .acquire_timeout(Duration::from_secs(10))
+            .acquire_timeout(
+                Duration::from_secs(10)
+                    .min(left)
+                    .max(Duration::from_millis(500)),
+            )
             .connect_with(opts.clone())
             .await;
         match attempt {

@@ -95,3 +95,49 @@ async fn bad_config_gives_78_and_names_the_variable(pool: PgPool) {
     .unwrap();
     assert_eq!(touched, 0);
 }
+
+/// No server at DATABASE_URL at start: bounded retries (DB_CONNECT_RETRY_S), then exit 75 with
+/// one line that says what to check — never the password, never a request to the provider.
+#[tokio::test]
+async fn an_unreachable_database_at_start_is_retried_for_a_bounded_time_then_gives_75() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("postgres://campaign_sender_worker:s3cret-pw@127.0.0.1:{port}/app");
+    let p = provider(Default::default()).await;
+    let t0 = std::time::Instant::now();
+    let (code, _out, err) = finish(
+        spawn_sender(
+            &["run"],
+            &url,
+            &[
+                ("CAMPAIGN_ID", CAMPAIGN),
+                ("MAIL_URL", &p.url),
+                ("DB_CONNECT_RETRY_S", "2"),
+            ],
+        ),
+        Duration::from_secs(30),
+    )
+    .await;
+    let took = t0.elapsed();
+    assert_eq!(code, exit::DATABASE_UNAVAILABLE as i32, "{err}");
+    // It kept trying for the whole DB_CONNECT_RETRY_S (sqlx retries a refused connect within
+    // the acquire timeout), and no longer: before the acquire timeout was capped at what is
+    // left of the limit, this took 10 s.
+    assert!(
+        took >= Duration::from_millis(1800),
+        "gave up without retrying: {took:?}"
+    );
+    assert!(
+        took < Duration::from_secs(6),
+        "DB_CONNECT_RETRY_S=2 not honoured: {took:?}"
+    );
+    assert!(err.contains("check DATABASE_URL"), "{err}");
+    assert!(
+        !err.contains("s3cret-pw"),
+        "the password was printed: {err}"
+    );
+    assert_eq!(p.fake.stats().requests, 0);
+}
