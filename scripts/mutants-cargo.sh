@@ -24,16 +24,4 @@ rc=0
 cargo mutants --file src/outcome.rs --file src/pacer.rs --file src/rate_share.rs \
   --exclude-re 'Coordinator::|limits_of_campaign|Signals::|members' \
   --copy-target=true --timeout 20 --build-timeout 900 -C --lib --output "$out" || rc=$?
-m=$out/mutants.out
-count() { [ -f "$m/$1.txt" ] && wc -l <"$m/$1.txt" || echo 0; }
-echo "cargo mutants: $(count caught) caught, $(count timeout) timed out (caught), $(count missed) missed, $(count unviable) unviable" >&2
-# Exit 2 = some mutants survived (listed in missed.txt); 3 = only timeouts (hangs: caught).
-case "$rc" in
-  0) ;;
-  3) [ "$(count missed)" = 0 ] && rc=0 ;;
-esac
-if [ "$rc" != 0 ]; then
-  echo "cargo mutants: survivors (exit $rc):" >&2
-  cat "$m/missed.txt" >&2 2>/dev/null || true
-fi
-exit "$rc"
+exec scripts/mutants-report.sh "$out" "$rc" "cargo mutants"

@@ -90,8 +90,9 @@ pub struct DbConfig {
     /// `DB_MAX_CONNECTIONS` (default 4): pool size per process.
     #[serde(default = "defaults::db_max_connections")]
     pub db_max_connections: u32,
-    /// `DB_CONNECT_RETRY_S` (default 30): how long to keep retrying an unreachable database at
-    /// start, and how long an outage mid-run is ridden out before giving up with exit 75.
+    /// `DB_CONNECT_RETRY_S` (default 30): how long to keep retrying an unreachable database (or
+    /// one that refuses the login: a password mid-rotation) at start, and how long an outage
+    /// mid-run is ridden out before giving up with exit 75.
     #[serde(default = "defaults::db_connect_retry_s")]
     pub db_connect_retry_s: u64,
 }

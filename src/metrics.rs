@@ -87,7 +87,29 @@ pub fn install(addr: SocketAddr, worker: &str) -> Result<(), String> {
             )
         })
         .and_then(|b| b.install())
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+    start_alerted_counters_at_zero();
+    Ok(())
+}
+
+/// Puts every counter an alert takes `increase`/`rate` of on `/metrics` at 0 from the start.
+/// Prometheus cannot see the first increment of a series that appears with it (a counter first
+/// scraped at 1 has no earlier sample to increase from), so without this a pod's first stale
+/// write, expired lease or mail sent after an opt-out would never fire its alert
+/// (manifests/monitoring/prometheusrule.yaml).
+fn start_alerted_counters_at_zero() {
+    for outcome in ["sent", "failed"] {
+        counter!(SENDS_TOTAL, "outcome" => outcome).increment(0);
+    }
+    for name in [
+        THROTTLED_TOTAL,
+        UNREACHABLE_TOTAL,
+        LEASES_EXPIRED_TOTAL,
+        STALE_WRITES_TOTAL,
+        SENT_AFTER_OPTOUT_TOTAL,
+    ] {
+        counter!(name).increment(0);
+    }
 }
 
 pub fn settled(outcome: &'static str) {

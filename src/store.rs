@@ -119,14 +119,20 @@ pub async fn connect(cfg: &DbConfig) -> Result<PgPool, sqlx::Error> {
             )
             .connect_with(opts.clone())
             .await;
+        // Everything is retried within the limit, refusals by the server too: a server starting
+        // up (57P03) or full (53300) heals by waiting, and so does a login refused (class 28)
+        // while a password is being rotated — the role changed before the Secret or after it.
+        // Past the limit the error goes to the caller, which says what to check
+        // (`cli::db_unavailable`).
         match attempt {
             Ok(pool) => return Ok(pool),
-            // A wrong password or a missing database does not heal by waiting.
-            Err(sqlx::Error::Database(e)) => return Err(sqlx::Error::Database(e)),
-            Err(e) if tokio::time::Instant::now() + wait > give_up => return Err(e),
+            Err(e) if tokio::time::Instant::now() >= give_up => return Err(e),
             Err(e) => {
-                tracing::warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "database not reachable yet");
-                tokio::time::sleep(wait).await;
+                // The last wait is cut to the limit, so the last attempt is made at it.
+                let left = give_up.saturating_duration_since(tokio::time::Instant::now());
+                let nap = wait.min(left);
+                tracing::warn!(error = %e, retry_in_ms = nap.as_millis() as u64, "database not ready yet; retrying");
+                tokio::time::sleep(nap).await;
                 wait = (wait * 2).min(Duration::from_secs(5));
             }
         }
@@ -407,9 +413,7 @@ impl Store {
         .fetch_all(&self.pool)
         .await?;
         let after_optout = written.iter().filter(|r| r.get::<bool, _>(0)).count();
-        if after_optout > 0 {
-            crate::metrics::sent_after_optout(after_optout as u64);
-        }
+        crate::metrics::sent_after_optout(after_optout as u64);
         Ok(written.len() as u64)
     }
 

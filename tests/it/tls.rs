@@ -3,7 +3,6 @@
 //! also refuses every TCP login without TLS). The worker delivers a campaign over it, and refuses
 //! a server it cannot verify — wrong CA, or a name the certificate does not carry.
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -14,55 +13,25 @@ use sqlx::PgPool;
 
 use crate::helpers::*;
 
-/// A PostgreSQL of its own with TLS on, stopped and deleted when dropped. Always the machine's
-/// (Debian's, built with OpenSSL; `TLS_PG_BIN` overrides) and not the pass's `PG_BIN`: the PyPI
-/// PostgreSQL 18 of CI's second pass is built without SSL ("SSL is not supported by this build").
-struct TlsServer {
-    dir: PathBuf,
-    port: u16,
-}
+/// A PostgreSQL of its own with TLS on (`PG_TLS=1 scripts/pg.sh`, see [`OwnServer`]).
+struct TlsServer(OwnServer);
 
 impl TlsServer {
     fn start() -> Self {
-        let dir = std::env::temp_dir().join(format!("cs-tls-{}", uuid::Uuid::new_v4()));
-        let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/pg.sh"))
-            .env("PG_TLS", "1")
-            .env_remove("PG_BIN")
-            .envs(std::env::var("TLS_PG_BIN").map(|b| ("PG_BIN", b)))
-            .arg("start")
-            .arg(&dir)
-            .output()
-            .expect("run scripts/pg.sh");
-        assert!(
-            out.status.success(),
-            "PG_TLS=1 scripts/pg.sh start failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let url = String::from_utf8(out.stdout).unwrap();
-        let port = reqwest::Url::parse(url.trim()).unwrap().port().unwrap();
-        TlsServer { dir, port }
+        TlsServer(OwnServer::start(true))
     }
 
     fn ca(&self, name: &str) -> String {
-        self.dir.join("tls").join(name).display().to_string()
+        self.0.dir.join("tls").join(name).display().to_string()
     }
 
     /// `host` as the client names the server, `mode` and `ca` as a user would set them.
     fn url(&self, host: &str, mode: &str, ca: &str) -> String {
         format!(
             "postgres://postgres@{host}:{}/postgres?sslmode={mode}&sslrootcert={}",
-            self.port,
+            self.0.port,
             self.ca(ca)
         )
-    }
-}
-
-impl Drop for TlsServer {
-    fn drop(&mut self) {
-        let _ = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/pg.sh"))
-            .arg("stop")
-            .arg(&self.dir)
-            .output();
     }
 }
 
