@@ -270,9 +270,10 @@ async fn wait_for_schema(pool: &sqlx::PgPool, limit: Duration) -> Result<(), Exi
     }
 }
 
-/// Exit 75 with one line that says what to check, by what the server answered. The URL (and so
-/// the password) is never printed; sqlx's errors name the user at most.
+/// Exit 75 with one line that says what to check, by what the server answered. Never the URL,
+/// the password, or the user a refused login named (`store::connect_error`).
 pub(crate) fn db_unavailable(e: sqlx::Error) -> ExitCode {
+    let shown = crate::store::connect_error(&e);
     let code = match &e {
         sqlx::Error::Database(d) => d.code().map(|c| c.into_owned()),
         _ => None,
@@ -280,13 +281,13 @@ pub(crate) fn db_unavailable(e: sqlx::Error) -> ExitCode {
     match code.as_deref() {
         // 28P01 invalid_password, 28000 no pg_hba.conf entry / role may not log in.
         Some(c) if c.starts_with("28") => {
-            error!(error = %e, sqlstate = c, "the database refused the login: check the user and password in DATABASE_URL (the Secret) and that the role may log in from here; a rerun is safe")
+            error!(error = %shown, sqlstate = c, "the database refused the login: check the user and password in DATABASE_URL (the Secret) and that the role may log in from here; a rerun is safe")
         }
         Some(c @ "3D000") => {
-            error!(error = %e, sqlstate = c, "the database named in DATABASE_URL does not exist: check its path; a rerun is safe")
+            error!(error = %shown, sqlstate = c, "the database named in DATABASE_URL does not exist: check its path; a rerun is safe")
         }
         _ => {
-            error!(error = %e, "cannot reach the database: check DATABASE_URL, credentials and network; a rerun is safe")
+            error!(error = %shown, "cannot reach the database: check DATABASE_URL, credentials and network; a rerun is safe")
         }
     }
     ExitCode::from(exit::DATABASE_UNAVAILABLE)

@@ -131,11 +131,27 @@ pub async fn connect(cfg: &DbConfig) -> Result<PgPool, sqlx::Error> {
                 // The last wait is cut to the limit, so the last attempt is made at it.
                 let left = give_up.saturating_duration_since(tokio::time::Instant::now());
                 let nap = wait.min(left);
-                tracing::warn!(error = %e, retry_in_ms = nap.as_millis() as u64, "database not ready yet; retrying");
+                tracing::warn!(error = %connect_error(&e), retry_in_ms = nap.as_millis() as u64, "database not ready yet; retrying");
                 tokio::time::sleep(nap).await;
                 wait = (wait * 2).min(Duration::from_secs(5));
             }
         }
+    }
+}
+
+/// A connect error as it may be logged. A refused login (SQLSTATE class 28) is shown by its code
+/// only: the server's text names the user, the client address and the database, and a Cloud SQL
+/// IAM user is an email address. Anything else (I/O, TLS, other server answers) is shown as sqlx
+/// words it, which never holds the URL or the password.
+pub fn connect_error(e: &sqlx::Error) -> String {
+    match e {
+        sqlx::Error::Database(d) => match d.code() {
+            Some(c) if c.starts_with("28") => {
+                format!("the server refused the login (SQLSTATE {c})")
+            }
+            _ => e.to_string(),
+        },
+        _ => e.to_string(),
     }
 }
 

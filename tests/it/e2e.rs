@@ -377,23 +377,8 @@ async fn a_live_workers_leases_are_kept_alive_past_their_initial_length(pool: Pg
 /// leave both to the next night's run.
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn a_run_is_not_done_while_a_row_waits_in_backoff_and_another_is_leased(pool: PgPool) {
-    sqlx::query(
-        "INSERT INTO campaign_targets (campaign_id, member_id, email, attempts, not_before)
-         VALUES ($1, 1, 'member1@example.com', 1, now() + interval '1 second')",
-    )
-    .bind(CAMPAIGN)
-    .execute(&pool)
-    .await
-    .unwrap();
-    sqlx::query(
-        "INSERT INTO campaign_targets (campaign_id, member_id, email, state, attempts, claim_id, lease_until)
-         VALUES ($1, 2, 'member2@example.com', 'sending', 1, gen_random_uuid(),
-                 now() + interval '1 second')",
-    )
-    .bind(CAMPAIGN)
-    .execute(&pool)
-    .await
-    .unwrap();
+    seed_in_backoff(&pool, CAMPAIGN, 1..=1).await;
+    seed_leased_by_a_crashed_worker(&pool, CAMPAIGN, 2..=2).await;
     let p = provider(FakeConfig::default()).await;
     let db = worker_url(&pool).await;
     let t0 = std::time::Instant::now();

@@ -110,6 +110,40 @@ fn gave_up_at_the_two_second_limit(took: Duration, err: &str) {
     );
 }
 
+/// A DATABASE_URL naming a database that does not exist (3D000): retried like any refusal
+/// (the database may be being created), then exit 75 saying so, with the server's own words —
+/// only a refused login is cut down to its code.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_missing_database_is_retried_then_gives_75_naming_it(pool: PgPool) {
+    let mut url = reqwest::Url::parse(&database_url(&pool).await).unwrap();
+    url.set_path("/cs_no_such_db");
+    let p = provider(Default::default()).await;
+    let (code, _out, err) = finish(
+        spawn_sender(
+            &["run"],
+            url.as_str(),
+            &[
+                ("CAMPAIGN_ID", CAMPAIGN),
+                ("MAIL_URL", &p.url),
+                ("DB_CONNECT_RETRY_S", "2"),
+            ],
+        ),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(code, exit::DATABASE_UNAVAILABLE as i32, "{err}");
+    assert!(err.contains("retrying"), "not retried: {err}");
+    assert!(
+        err.contains("the database named in DATABASE_URL does not exist"),
+        "{err}"
+    );
+    assert!(
+        err.contains(r#"database \"cs_no_such_db\" does not exist"#),
+        "the server's words are missing: {err}"
+    );
+    assert_eq!(p.fake.stats().requests, 0);
+}
+
 #[tokio::test]
 async fn an_unreachable_database_at_start_is_retried_for_a_bounded_time_then_gives_75() {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -231,10 +265,21 @@ async fn a_wrong_password_is_retried_with_backoff_then_gives_75_and_a_rotation_h
         "{retries} retries in 2 s:\n{err}"
     );
     assert!(err.contains("the database refused the login"), "{err}");
-    assert!(err.contains("28P01"), "{err}");
+    // Each retry and the last line show the refusal by its code, not the server's words.
+    assert!(
+        err.matches("the server refused the login (SQLSTATE 28P01)")
+            .count()
+            > retries,
+        "{err}"
+    );
     assert!(
         !err.contains("wrong-pw-123"),
         "the password was printed: {err}"
+    );
+    // Nor the user the server's refusal names: a Cloud SQL IAM user is an email address.
+    assert!(
+        !err.contains("campaign_sender_worker"),
+        "the login's user was printed: {err}"
     );
     assert_eq!(p.fake.stats().requests, 0);
     assert_eq!(states(&admin).await.get("pending"), Some(&20));

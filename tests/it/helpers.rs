@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +24,43 @@ pub async fn seed(pool: &PgPool, campaign: &str, n: i64) {
     )
     .bind(campaign)
     .bind(n)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+/// Members `ids` as a retry left them: `pending`, one attempt spent, not claimable for a second.
+pub async fn seed_in_backoff(pool: &PgPool, campaign: &str, ids: RangeInclusive<i64>) {
+    sqlx::query(
+        "INSERT INTO campaign_targets (campaign_id, member_id, email, attempts, not_before)
+         SELECT $1, g, 'member' || g || '@example.com', 1, now() + interval '1 second'
+           FROM generate_series($2::bigint, $3::bigint) g",
+    )
+    .bind(campaign)
+    .bind(*ids.start())
+    .bind(*ids.end())
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+/// Members `ids` as a crashed worker left them: `sending` under a claim nobody will finish, the
+/// lease running out in a second.
+pub async fn seed_leased_by_a_crashed_worker(
+    pool: &PgPool,
+    campaign: &str,
+    ids: RangeInclusive<i64>,
+) {
+    sqlx::query(
+        "INSERT INTO campaign_targets
+                (campaign_id, member_id, email, state, attempts, claim_id, lease_until)
+         SELECT $1, g, 'member' || g || '@example.com', 'sending', 1, gen_random_uuid(),
+                now() + interval '1 second'
+           FROM generate_series($2::bigint, $3::bigint) g",
+    )
+    .bind(campaign)
+    .bind(*ids.start())
+    .bind(*ids.end())
     .execute(pool)
     .await
     .unwrap();

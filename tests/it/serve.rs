@@ -91,27 +91,11 @@ async fn an_idle_serve_pod_wakes_for_rows_in_backoff_and_rows_a_crashed_pod_left
     wait_delivered(&p, 10).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     // Only a row in backoff: nothing ready, nothing leased.
-    sqlx::query(
-        "INSERT INTO campaign_targets (campaign_id, member_id, email, attempts, not_before)
-         VALUES ($1, 101, 'member101@example.com', 1, now() + interval '1 second')",
-    )
-    .bind(CAMPAIGN)
-    .execute(&pool)
-    .await
-    .unwrap();
+    seed_in_backoff(&pool, CAMPAIGN, 101..=101).await;
     wait_delivered(&p, 11).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     // Only rows a crashed pod holds: leased under a claim nobody will finish.
-    sqlx::query(
-        "INSERT INTO campaign_targets (campaign_id, member_id, email, state, attempts, claim_id, lease_until)
-         SELECT $1, g, 'member' || g || '@example.com', 'sending', 1, gen_random_uuid(),
-                now() + interval '1 second'
-           FROM generate_series(201, 203) g",
-    )
-    .bind(CAMPAIGN)
-    .execute(&pool)
-    .await
-    .unwrap();
+    seed_leased_by_a_crashed_worker(&pool, CAMPAIGN, 201..=203).await;
     wait_delivered(&p, 14).await;
     let (code, out, err) = terminate(child).await;
     assert_eq!(code, 0, "{out}\n{err}");
