@@ -4,6 +4,7 @@
 #   src/outcome.rs     status classification, backoff, the retry budget, Retry-After, the address
 #                      check, the stored class names, the unreachable-provider pause
 #   src/pacer.rs       the quota and burst, grants that lapse, lowering, pauses, acquiring
+#   src/outage.rs      riding out a database outage: the waits, their cap, giving up at the limit
 #   src/rate_share.rs  the pure planning of a round (`plan_round`, `PodRow`): fair shares, the
 #                      handover second, AIMD, expiry. The coordinator's database round trips
 #                      and its inputs (`Coordinator::*`, `limits_of_campaign`, `members`, `Signals::*`) are
@@ -21,7 +22,7 @@ out=target/mutants-cargo
 rm -rf "$out" && mkdir -p "$out"
 rc=0
 # -C --lib: build and run only the library's unit-test binary for each mutant.
-cargo mutants --file src/outcome.rs --file src/pacer.rs --file src/rate_share.rs \
+cargo mutants --file src/outcome.rs --file src/pacer.rs --file src/outage.rs --file src/rate_share.rs \
   --exclude-re 'Coordinator::|limits_of_campaign|Signals::|members' \
   --copy-target=true --timeout 20 --build-timeout 900 -C --lib --output "$out" || rc=$?
 exec scripts/mutants-report.sh "$out" "$rc" "cargo mutants"

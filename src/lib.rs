@@ -11,6 +11,8 @@
 //! - [`pacer`]: local pacing at this pod's share with governor (share swaps, validity, pauses).
 //! - [`metrics`]: Prometheus metric names and the exporter.
 //! - [`outcome`]: pure decisions: status → attempt → resolution, backoff with jitter.
+//! - [`outage`]: how long and how often to retry a database that does not answer (start and
+//!   mid-run, `DB_CONNECT_RETRY_S`).
 //! - [`worker`]: the loop: claim → gate (opt-out re-check + pacing) → concurrent sends →
 //!   fenced finish; one [`worker::Worker::step`] at a time, [`worker::Worker::run`] until done.
 //! - [`report`]: counters, the run report, exit codes.
@@ -31,6 +33,7 @@ pub mod fake_provider;
 pub mod import;
 pub mod metrics;
 pub mod operator;
+pub mod outage;
 pub mod outcome;
 pub mod pacer;
 pub mod provider;

@@ -290,10 +290,6 @@ impl Coordinator {
         )
     }
 
-    pub fn pod_id(&self) -> Uuid {
-        self.pod_id
-    }
-
     /// Rounds every `RATE_SYNC_MS` (and at once after a 429) until `stop`, then leaves.
     pub async fn run(mut self, stop: CancellationToken) {
         let mut tick = tokio::time::interval(self.s.sync);

@@ -15,6 +15,7 @@ use sqlx::{ConnectOptions, Row};
 use uuid::Uuid;
 
 use crate::config::DbConfig;
+use crate::outage::Outage;
 use crate::outcome::Resolution;
 
 /// The embedded migrations (`migrations/`).
@@ -104,12 +105,14 @@ pub async fn connect(cfg: &DbConfig) -> Result<PgPool, sqlx::Error> {
     let opts = opts
         .application_name("campaign-sender")
         .log_slow_statements(tracing::log::LevelFilter::Warn, Duration::from_secs(2));
-    let give_up = tokio::time::Instant::now() + Duration::from_secs(cfg.db_connect_retry_s);
-    let mut wait = Duration::from_millis(200);
+    let mut outage = Outage::new(
+        tokio::time::Instant::now(),
+        Duration::from_secs(cfg.db_connect_retry_s),
+    );
     loop {
         // sqlx itself keeps retrying a refused connection until the acquire timeout: cap that at
         // what is left of DB_CONNECT_RETRY_S (at least 500 ms), so the limit is the limit.
-        let left = give_up.saturating_duration_since(tokio::time::Instant::now());
+        let left = outage.left(tokio::time::Instant::now());
         let attempt = PgPoolOptions::new()
             .max_connections(cfg.db_max_connections)
             .acquire_timeout(
@@ -126,15 +129,13 @@ pub async fn connect(cfg: &DbConfig) -> Result<PgPool, sqlx::Error> {
         // (`cli::db_unavailable`).
         match attempt {
             Ok(pool) => return Ok(pool),
-            Err(e) if tokio::time::Instant::now() >= give_up => return Err(e),
-            Err(e) => {
-                // The last wait is cut to the limit, so the last attempt is made at it.
-                let left = give_up.saturating_duration_since(tokio::time::Instant::now());
-                let nap = wait.min(left);
-                tracing::warn!(error = %connect_error(&e), retry_in_ms = nap.as_millis() as u64, "database not ready yet; retrying");
-                tokio::time::sleep(nap).await;
-                wait = (wait * 2).min(Duration::from_secs(5));
-            }
+            Err(e) => match outage.next_wait(tokio::time::Instant::now()) {
+                None => return Err(e),
+                Some(nap) => {
+                    tracing::warn!(error = %connect_error(&e), retry_in_ms = nap.as_millis() as u64, "database not ready yet; retrying");
+                    tokio::time::sleep(nap).await;
+                }
+            },
         }
     }
 }

@@ -45,6 +45,7 @@ use uuid::Uuid;
 use crate::campaign;
 use crate::config::RunConfig;
 use crate::metrics as m;
+use crate::outage::Outage;
 use crate::outcome::{
     plausible_email, resolve, unreachable_pause, Attempt, ErrorClass, Resolution, RetryPolicy,
 };
@@ -204,10 +205,6 @@ impl Worker {
                 down_since: Mutex::new(None),
             }),
         })
-    }
-
-    pub fn name(&self) -> &str {
-        &self.name
     }
 
     pub fn stats(&self) -> WorkerStats {
@@ -435,25 +432,24 @@ impl Worker {
         Ok(report)
     }
 
-    /// Rides out a database outage of up to the configured limit, with capped backoff.
+    /// Rides out a database outage of up to the configured limit (`DB_CONNECT_RETRY_S`), with
+    /// the backoff of [`Outage`]: the last try is made at the limit.
     async fn retrying<T, F, Fut>(&self, mut op: F) -> Result<T, RunError>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, sqlx::Error>>,
     {
-        let since = Instant::now();
-        let mut wait = Duration::from_millis(200);
+        let mut outage = Outage::new(Instant::now(), self.outage_limit);
         loop {
             match op().await {
                 Ok(v) => return Ok(v),
-                Err(e) if since.elapsed() + wait > self.outage_limit => {
-                    return Err(RunError::Database(self.outage_limit, e))
-                }
-                Err(e) => {
-                    warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "database error; retrying");
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(Duration::from_secs(5));
-                }
+                Err(e) => match outage.next_wait(Instant::now()) {
+                    None => return Err(RunError::Database(self.outage_limit, e)),
+                    Some(wait) => {
+                        warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "database error; retrying");
+                        tokio::time::sleep(wait).await;
+                    }
+                },
             }
         }
     }

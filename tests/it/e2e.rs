@@ -109,9 +109,11 @@ async fn two_workers_overlapping_from_the_start_mail_nobody_twice(pool: PgPool) 
         (0, 0),
         "{s:?}"
     );
-    // Both did real work (overlap, not one idling).
+    // Both did real work (overlap, not one idling), and each report says whose it is (an
+    // Indexed Job's pods are told apart by WORKER_ID).
     for (out, name) in [(&ra.1, "a"), (&rb.1, "b")] {
         let report: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+        assert_eq!(report["worker"], name, "{report}");
         assert!(
             report["stats"]["sent"].as_u64().unwrap() > 100,
             "{name}: {report}"

@@ -110,6 +110,45 @@ fn gave_up_at_the_two_second_limit(took: Duration, err: &str) {
     );
 }
 
+/// The database goes away under a running worker (here: every connection is accepted and hung up
+/// on, so every statement fails). The worker rides it out for `DB_CONNECT_RETRY_S` — trying
+/// again with growing waits, the last try at the limit — and then gives up with the database
+/// error (`run` exits 75 on it), not before: a PostgreSQL restart or failover shorter than the
+/// limit must not end the run. Before the waits were cut to the limit, a 2-s limit gave up at
+/// 1.5 s.
+#[tokio::test]
+async fn a_database_gone_mid_run_is_ridden_out_for_the_whole_limit_then_the_run_ends_with_it() {
+    use campaign_sender::store::Store;
+    use campaign_sender::worker::{RunError, Worker};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            drop(socket);
+        }
+    });
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(Duration::from_millis(200))
+        .connect_lazy(&format!("postgres://campaign_sender_worker@{addr}/app"))
+        .unwrap();
+    let p = provider(Default::default()).await;
+    let limit = Duration::from_secs(2);
+    let w = Worker::new(config(&p.url), Store::new(pool, CAMPAIGN), limit).unwrap();
+    let t0 = std::time::Instant::now();
+    let err = w.run(Default::default()).await.unwrap_err();
+    let took = t0.elapsed();
+    assert!(
+        matches!(err, RunError::Database(l, _) if l == limit),
+        "{err}"
+    );
+    assert!(took >= limit, "gave up before the limit: {took:?}");
+    // The limit, one last try (≤ the 200-ms acquire timeout) and leaving the fleet (its write
+    // fails as fast): not much more.
+    assert!(took < limit + Duration::from_millis(1500), "{took:?}");
+    assert_eq!(p.fake.stats().requests, 0);
+}
+
 /// A DATABASE_URL naming a database that does not exist (3D000): retried like any refusal
 /// (the database may be being created), then exit 75 saying so, with the server's own words —
 /// only a refused login is cut down to its code.
@@ -146,11 +185,7 @@ async fn a_missing_database_is_retried_then_gives_75_naming_it(pool: PgPool) {
 
 #[tokio::test]
 async fn an_unreachable_database_at_start_is_retried_for_a_bounded_time_then_gives_75() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = refused_addr().port();
     let url = format!("postgres://campaign_sender_worker:s3cret-pw@127.0.0.1:{port}/app");
     let p = provider(Default::default()).await;
     let t0 = std::time::Instant::now();

@@ -66,6 +66,15 @@ pub async fn seed_leased_by_a_crashed_worker(
     .unwrap();
 }
 
+/// An address on 127.0.0.1 nobody listens on (bound, then closed): every connect is refused,
+/// until a test starts something there.
+pub fn refused_addr() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
 pub struct TestProvider {
     pub url: String,
     pub fake: Arc<FakeProvider>,
@@ -247,7 +256,11 @@ pub struct OwnServer {
 
 impl OwnServer {
     pub fn start(tls: bool) -> Self {
-        let dir = std::env::temp_dir().join(format!("cs-pg-{}", uuid::Uuid::new_v4()));
+        // Under scripts/with-pg.sh's root when there is one: it stops what a killed test left.
+        let root = std::env::var_os("CS_OWN_PG_ROOT")
+            .map(PathBuf::from)
+            .unwrap_or_else(std::env::temp_dir);
+        let dir = root.join(format!("cs-pg-{}", uuid::Uuid::new_v4()));
         let mut cmd =
             std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/pg.sh"));
         if tls {

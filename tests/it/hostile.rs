@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use campaign_sender::fake_provider::FakeConfig;
 use campaign_sender::report::exit;
 use sqlx::PgPool;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -258,11 +259,7 @@ async fn undeliverable_rows_fail_without_a_request_and_the_run_goes_on(pool: PgP
 async fn an_unreachable_provider_fails_no_row_and_the_run_delivers_when_it_returns(pool: PgPool) {
     const N: i64 = 50;
     seed(&pool, CAMPAIGN, N).await;
-    // A port nobody listens on (bound, then closed): every connect is refused.
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let addr = refused_addr();
     let url = format!("http://{addr}/v1/send");
     let mut cfg = config(&url);
     cfg.max_attempts = 2;
@@ -304,5 +301,48 @@ async fn an_unreachable_provider_fails_no_row_and_the_run_delivers_when_it_retur
     assert_eq!(
         (s.delivered, s.members_delivered_more_than_once),
         (N as u64, 0)
+    );
+}
+
+/// A pod that found the provider unreachable sends one request at a time only until one is
+/// answered: once the provider is back, in the same run, requests overlap again. (A pod that
+/// stayed in probe mode would deliver the rest of the campaign at one request per round trip.)
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_pod_sends_concurrently_again_as_soon_as_the_provider_answers_after_an_outage(
+    pool: PgPool,
+) {
+    const N: i64 = 400;
+    seed(&pool, CAMPAIGN, N).await;
+    let addr = refused_addr();
+    let mut cfg = config(&format!("http://{addr}/v1/send"));
+    cfg.send_concurrency = 16;
+    cfg.deadline_s = 60;
+    let worker = worker(&pool, cfg).await;
+    let run = tokio::spawn(async move { worker.run(Default::default()).await.unwrap() });
+    // Refused for a second (the pod pauses and probes), then the provider is back.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (_, fake, _task) = campaign_sender::fake_provider::spawn(
+        FakeConfig {
+            latency_mean_ms: 50,
+            ..Default::default()
+        },
+        addr,
+    )
+    .await
+    .unwrap();
+    let report = run.await.unwrap();
+    assert_eq!(report.exit_code, exit::DONE, "{report:?}");
+    assert!(
+        report.stats.deferred >= 1,
+        "never saw the outage: {report:?}"
+    );
+    let s = fake.stats();
+    assert_eq!(
+        (s.delivered, s.members_delivered_more_than_once),
+        (N as u64, 0)
+    );
+    assert!(
+        s.max_in_flight >= 8,
+        "still one request at a time after the provider answered: {s:?}"
     );
 }

@@ -255,3 +255,35 @@ async fn four_worker_processes_share_one_limit_and_the_provider_never_says_429(p
         assert!(r["stats"]["sent"].as_u64().unwrap() >= 200, "{r}");
     }
 }
+
+/// A worker whose run has ended (done, deadline, SIGTERM, too many failures) has left the fleet
+/// before `run` returns: its row is marked gone, so the other pods get its capacity one second
+/// later — not after `RATE_SHARE_TTL_MS`, and not never while its process lingers, renewing a
+/// share nobody uses.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_worker_has_left_the_fleet_when_its_run_returns(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 50).await;
+    let p = provider(Default::default()).await;
+    let w = worker(&pool, config(&p.url)).await;
+    let live = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM rate_pods WHERE expires_at > clock_timestamp()",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    let report = w.run(CancellationToken::new()).await.unwrap();
+    assert_eq!(report.exit_code, 0, "{report:?}");
+    assert_eq!(p.fake.stats().delivered, 50);
+    // The worker still exists, as a process does between its report and its exit.
+    assert_eq!(
+        live().await,
+        0,
+        "the finished worker still holds a live share"
+    );
+    // Nothing renews it afterwards either (RATE_SYNC_MS is 250 ms, the TTL 3 s).
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(live().await, 0, "the finished worker renewed its share");
+    drop(w);
+}

@@ -139,11 +139,7 @@ async fn metrics_are_served_with_the_documented_names_and_no_personal_data(pool:
     seed(&pool, CAMPAIGN, 200).await;
     let p = provider(FakeConfig::default()).await;
     let db = worker_url(&pool).await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = refused_addr().port();
     let addr = format!("127.0.0.1:{port}");
     let mut e = env(&p.url);
     e.push(("METRICS_ADDR", &addr));

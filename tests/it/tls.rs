@@ -151,11 +151,7 @@ async fn an_https_provider_whose_certificate_we_cannot_verify_gets_no_request(po
         .output()
         .unwrap();
     assert!(certs.status.success(), "{certs:?}");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = refused_addr().port();
     let _server = tokio::process::Command::new("openssl")
         .args(["s_server", "-quiet", "-www", "-accept"])
         .arg(format!("127.0.0.1:{port}"))
