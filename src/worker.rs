@@ -413,10 +413,11 @@ impl Worker {
         }
         let recorded = *p.reason.lock().expect("lock");
         let reason = match recorded {
-            Some(r @ (StopReason::TooManyFailures | StopReason::Done | StopReason::Paused)) => r,
-            _ if cancel.is_cancelled() => StopReason::Signal,
+            // The pipeline stopped itself (done, paused, over the failure budget): that is what
+            // happened, even if a signal came while it was finishing.
             Some(r) => r,
-            // The only other way the pipeline stops by itself.
+            None if cancel.is_cancelled() => StopReason::Signal,
+            // The only other way the pipeline stops.
             None => StopReason::Deadline,
         };
         let counts = self.retrying(|| self.store.counts()).await?;

@@ -43,6 +43,15 @@ async fn permanent_failures_within_one_percent_still_exit_0(pool: PgPool) {
     assert_eq!(report.exit_code, exit::DONE, "{report:?}");
     assert_eq!((report.campaign.failed, report.campaign.sent), (2, 1998));
     assert_eq!(state_of(&pool, 997).await.2, Some(422));
+    // The report accounts for every request the provider saw, each once: delivered, retried
+    // (the first-attempt 503s) or failed (the 422s).
+    let s = p.fake.stats();
+    let r = &report.stats;
+    assert_eq!(
+        (r.requests, r.sent, r.retried, r.failed),
+        (s.requests, s.delivered, s.faults_503, s.rejected_422),
+        "{report:?}\n{s:?}"
+    );
 }
 
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]

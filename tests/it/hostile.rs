@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use campaign_sender::fake_provider::FakeConfig;
-use campaign_sender::report::exit;
+use campaign_sender::report::{exit, StopReason};
 use sqlx::PgPool;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -266,6 +266,7 @@ async fn an_unreachable_provider_fails_no_row_and_the_run_delivers_when_it_retur
     cfg.deadline_s = 3;
     let down = run_to_end(&pool, cfg.clone()).await;
     assert_eq!(down.exit_code, exit::INCOMPLETE, "{down:?}");
+    assert_eq!(down.reason, StopReason::Deadline, "{down:?}");
     assert_eq!(down.stats.failed, 0, "{down:?}");
     assert!(down.stats.deferred >= 2, "never tried: {down:?}");
     // Paused while unreachable (the pause grows from BACKOFF_BASE_MS 20 ms to BACKOFF_MAX_MS

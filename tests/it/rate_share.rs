@@ -256,6 +256,14 @@ async fn four_worker_processes_share_one_limit_and_the_provider_never_says_429(p
     }
 }
 
+/// Rate-limit members whose share has not expired.
+async fn live_pods(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM rate_pods WHERE expires_at > clock_timestamp()")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
 /// A worker whose run has ended (done, deadline, SIGTERM, too many failures) has left the fleet
 /// before `run` returns: its row is marked gone, so the other pods get its capacity one second
 /// later — not after `RATE_SHARE_TTL_MS`, and not never while its process lingers, renewing a
@@ -265,25 +273,47 @@ async fn a_worker_has_left_the_fleet_when_its_run_returns(pool: PgPool) {
     seed(&pool, CAMPAIGN, 50).await;
     let p = provider(Default::default()).await;
     let w = worker(&pool, config(&p.url)).await;
-    let live = || async {
-        sqlx::query_scalar::<_, i64>(
-            "SELECT count(*) FROM rate_pods WHERE expires_at > clock_timestamp()",
-        )
-        .fetch_one(&pool)
-        .await
-        .unwrap()
-    };
     let report = w.run(CancellationToken::new()).await.unwrap();
     assert_eq!(report.exit_code, 0, "{report:?}");
     assert_eq!(p.fake.stats().delivered, 50);
     // The worker still exists, as a process does between its report and its exit.
     assert_eq!(
-        live().await,
+        live_pods(&pool).await,
         0,
         "the finished worker still holds a live share"
     );
     // Nothing renews it afterwards either (RATE_SYNC_MS is 250 ms, the TTL 3 s).
     tokio::time::sleep(Duration::from_millis(800)).await;
-    assert_eq!(live().await, 0, "the finished worker renewed its share");
+    assert_eq!(
+        live_pods(&pool).await,
+        0,
+        "the finished worker renewed its share"
+    );
     drop(w);
+}
+
+/// A worker driven step by step (tests, tools) and then dropped leaves the fleet too: its
+/// coordinator does not live on in the runtime, renewing a share nobody uses.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_worker_dropped_after_a_step_leaves_the_fleet(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 10).await;
+    let p = provider(Default::default()).await;
+    let w = worker(&pool, config(&p.url)).await;
+    let far = Instant::now() + Duration::from_secs(60);
+    w.step(far, &CancellationToken::new()).await.unwrap();
+    assert_eq!(p.fake.stats().delivered, 10);
+    assert_eq!(
+        live_pods(&pool).await,
+        1,
+        "the stepping worker never joined"
+    );
+    drop(w);
+    let t0 = Instant::now();
+    while live_pods(&pool).await > 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "the dropped worker still renews its share"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
