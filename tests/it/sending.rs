@@ -3,7 +3,9 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use campaign_sender::config::RunConfig;
 use campaign_sender::fake_provider::FakeConfig;
+use campaign_sender::report::RunReport;
 use campaign_sender::store::Store;
 use campaign_sender::worker::Step;
 use sqlx::PgPool;
@@ -123,6 +125,41 @@ async fn a_cancelled_run_releases_unsent_rows_at_once(pool: PgPool) {
     assert_eq!(report.stats.sent as i64, *st.get("sent").unwrap());
 }
 
+/// Runs `cfg` to the end while sampling how many rows are `sending` every millisecond: the
+/// report and the most seen at once.
+async fn run_sampling_held(pool: &PgPool, cfg: RunConfig) -> (RunReport, i64) {
+    let w = worker(pool, cfg).await;
+    let done = CancellationToken::new();
+    let sampler = {
+        let (pool, done) = (pool.clone(), done.clone());
+        tokio::spawn(async move {
+            let (mut max, mut samples) = (0i64, 0u32);
+            // Bounded: the run ends within its deadline; at most 20 000 samples.
+            while !done.is_cancelled() && samples < 20_000 {
+                let n: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM campaign_targets WHERE state = 'sending'",
+                )
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+                max = max.max(n);
+                samples += 1;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            (max, samples)
+        })
+    };
+    let report = w.run(CancellationToken::new()).await.unwrap();
+    done.cancel();
+    let (max, samples) = sampler.await.unwrap();
+    assert_eq!(report.exit_code, 0, "{report:?}");
+    assert!(
+        samples > 20,
+        "too few samples ({samples}) to see the holding"
+    );
+    (report, max)
+}
+
 /// What a SIGKILL can leave `sending` (and another pod must wait a lease for) is bounded by
 /// what one pod holds: fewer than `BATCH_SIZE + low_water` rows, counting rows in flight and
 /// answered-but-unwritten ones, not only unsent ones. Slow flushes and wide concurrency make the
@@ -142,45 +179,44 @@ async fn a_worker_never_holds_more_than_a_batch_plus_the_low_water_mark(pool: Pg
     cfg.flush_max_rows = 1000;
     cfg.flush_interval_ms = 500;
     let bound = 50 + 50;
-    let w = worker(&pool, cfg).await;
-    let done = CancellationToken::new();
-    let sampler = {
-        let (pool, done) = (pool.clone(), done.clone());
-        tokio::spawn(async move {
-            let (mut max, mut samples) = (0i64, 0u32);
-            // Bounded: the run below ends within its deadline; at most 20 000 samples.
-            while !done.is_cancelled() && samples < 20_000 {
-                let n: i64 = sqlx::query_scalar(
-                    "SELECT count(*) FROM campaign_targets WHERE state = 'sending'",
-                )
-                .fetch_one(&pool)
-                .await
-                .unwrap();
-                max = max.max(n);
-                samples += 1;
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-            (max, samples)
-        })
-    };
-    let report = w.run(CancellationToken::new()).await.unwrap();
-    done.cancel();
-    let (max, samples) = sampler.await.unwrap();
-    assert_eq!(report.exit_code, 0, "{report:?}");
+    let (report, max) = run_sampling_held(&pool, cfg).await;
     assert_eq!(report.campaign.sent, N, "{report:?}");
     assert!(
-        samples > 20,
-        "too few samples ({samples}) to see the holding"
-    );
-    assert!(
         max < bound,
-        "one worker held {max} rows `sending` (bound {bound}) over {samples} samples"
+        "one worker held {max} rows `sending` (bound {bound})"
     );
     // Not vacuous: the next batch was claimed while the last one was still held (pipelining).
     assert!(
         max > 50,
         "never more than one batch held ({max}): no pipelining"
     );
+}
+
+/// The claimer keeps about half a second of work (at MAIL_RATE_PER_S) claimed ahead of the
+/// sends, even when SEND_CONCURRENCY is small: here low_water = min(max(16, 1000 / 2), 200) =
+/// 200, so the next batch of 200 is claimed as soon as the first result of the last one is
+/// written — a pod that claimed only when fewer than SEND_CONCURRENCY rows were left would
+/// let its sends run dry at every batch boundary.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_worker_keeps_half_a_second_of_work_claimed_ahead_of_its_sends(pool: PgPool) {
+    const N: i64 = 1500;
+    seed(&pool, CAMPAIGN, N).await;
+    let p = provider(FakeConfig {
+        latency_mean_ms: 20,
+        ..Default::default()
+    })
+    .await;
+    let mut cfg = config(&p.url);
+    cfg.batch_size = 200;
+    cfg.send_concurrency = 16;
+    cfg.mail_rate_per_s = 1000;
+    let (report, max) = run_sampling_held(&pool, cfg).await;
+    assert_eq!(report.campaign.sent, N, "{report:?}");
+    assert!(
+        max > 250,
+        "never more than {max} rows held: the next batch waited for the last one to drain"
+    );
+    assert!(max < 200 + 200, "held {max}, over BATCH_SIZE + low_water");
 }
 
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
