@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `cargo mutants` (crates.io) over the modules whose decisions only the integration suite can
 # see — claim and finish (src/store.rs), the pipeline and its shutdown (src/worker.rs,
-# src/shutdown.rs) — against the integration tests (`tests/it`, real PostgreSQL, worker
+# src/shutdown.rs), and with MUTANTS_RE the coordinator's database rounds
+# (src/rate_share.rs: 'Coordinator::|limits_of_campaign|Signals::|members'; its pure planning is
+# scripts/mutants-cargo.sh's) — against the integration tests (`tests/it`, real PostgreSQL, worker
 # processes), with a throwaway PostgreSQL of its own (scripts/with-pg.sh) unless DATABASE_URL
 # is set. Fails if any mutant survives; a mutant that makes a test hang is cut at --timeout and
 # counted as caught (the suite did not pass).

@@ -44,13 +44,24 @@ async fn permanent_failures_within_one_percent_still_exit_0(pool: PgPool) {
     assert_eq!((report.campaign.failed, report.campaign.sent), (2, 1998));
     assert_eq!(state_of(&pool, 997).await.2, Some(422));
     // The report accounts for every request the provider saw, each once: delivered, retried
-    // (the first-attempt 503s) or failed (the 422s).
+    // (the first-attempt 503s) or failed (the 422s); and every row it claimed (each retry is
+    // claimed again) got exactly one request, in batches of at most BATCH_SIZE (200).
     let s = p.fake.stats();
     let r = &report.stats;
     assert_eq!(
-        (r.requests, r.sent, r.retried, r.failed),
-        (s.requests, s.delivered, s.faults_503, s.rejected_422),
+        (r.requests, r.sent, r.retried, r.failed, r.claimed),
+        (
+            s.requests,
+            s.delivered,
+            s.faults_503,
+            s.rejected_422,
+            s.requests
+        ),
         "{report:?}\n{s:?}"
+    );
+    assert!(
+        (r.claimed.div_ceil(200)..=r.claimed).contains(&r.batches),
+        "{report:?}"
     );
 }
 

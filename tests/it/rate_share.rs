@@ -317,3 +317,30 @@ async fn a_worker_dropped_after_a_step_leaves_the_fleet(pool: PgPool) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A lone worker paces itself at the whole limit (one second of 100 requests at 100/s, not a
+/// burst), and its report says how long the gate waited for the pacer: the run was rate-bound,
+/// so most of it.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_lone_worker_sends_at_its_limit_and_reports_the_time_it_waited_for_it(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 100).await;
+    let p = provider(Default::default()).await;
+    let mut cfg = config(&p.url);
+    cfg.mail_rate_per_s = 100;
+    let t0 = Instant::now();
+    let report = run_to_end(&pool, cfg).await;
+    let took = t0.elapsed();
+    assert_eq!(report.exit_code, 0, "{report:?}");
+    let s = p.fake.stats();
+    assert_eq!(s.delivered, 100, "{s:?}");
+    assert!(s.max_accepted_in_1s <= 100 + 2, "{s:?}");
+    assert!(
+        took >= Duration::from_millis(900),
+        "100 at 100/s in {took:?}"
+    );
+    let waited = Duration::from_millis(report.stats.pacer_wait_ms);
+    assert!(
+        waited >= Duration::from_millis(500) && waited <= took,
+        "waited {waited:?} for the pacer in a {took:?} run"
+    );
+}
