@@ -261,15 +261,22 @@ async fn an_opt_out_committed_after_claim_but_before_send_stops_that_send(pool: 
     cfg.send_concurrency = 1;
     cfg.optout_recheck_ms = 50;
     let w = worker(&pool, cfg).await;
+    let opted_out = |m: i64| m > 30 || (11..=15).contains(&m);
     let opt_out = {
         let pool = pool.clone();
         async move {
-            // The batch (all 40) is claimed at once; opt 31..=40 out while 1..=30 are sending.
+            // The batch (all 40) is claimed at once and sent one at a time, 100 ms each; 300 ms
+            // in, opt out 31..=40 and 11..=15. The gate checks 16 rows at a time, so 11..=15
+            // were checked (and cleared) at the start: only a re-check within
+            // OPTOUT_RECHECK_MS of their send, a second later, can stop them.
             tokio::time::sleep(Duration::from_millis(300)).await;
-            sqlx::query("UPDATE campaign_targets SET opted_out_at = now() WHERE member_id > 30")
-                .execute(&pool)
-                .await
-                .unwrap();
+            sqlx::query(
+                "UPDATE campaign_targets SET opted_out_at = now()
+                  WHERE member_id > 30 OR member_id BETWEEN 11 AND 15",
+            )
+            .execute(&pool)
+            .await
+            .unwrap();
         }
     };
     let cancel = CancellationToken::new();
@@ -277,11 +284,11 @@ async fn an_opt_out_committed_after_claim_but_before_send_stops_that_send(pool: 
     assert!(matches!(step.unwrap(), Step::Worked { claimed: 40 }));
     let delivered: HashSet<i64> = p.fake.deliveries().iter().map(|d| d.member_id).collect();
     assert!(
-        delivered.iter().all(|&m| m <= 30),
+        delivered.iter().all(|&m| !opted_out(m)),
         "sent after opt-out: {delivered:?}"
     );
-    assert_eq!(delivered.len(), 30);
-    assert_eq!(w.stats().opted_out, 10);
+    assert_eq!(delivered.len(), 25);
+    assert_eq!(w.stats().opted_out, 15);
     let (state, attempts, _, error) = state_of(&pool, 35).await;
     assert_eq!(
         (state.as_str(), attempts, error.as_deref()),
