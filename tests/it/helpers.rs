@@ -75,6 +75,14 @@ pub fn refused_addr() -> SocketAddr {
         .unwrap()
 }
 
+/// Now, in Unix milliseconds (the fake provider's timestamps).
+pub fn unix_ms_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
 pub struct TestProvider {
     pub url: String,
     pub fake: Arc<FakeProvider>,

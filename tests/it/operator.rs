@@ -3,7 +3,7 @@
 
 use std::io::Write as _;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use campaign_sender::campaign;
 use campaign_sender::fake_provider::FakeConfig;
@@ -43,13 +43,6 @@ async fn rows(pool: &PgPool) -> Vec<(i64, Option<String>, String, i32)> {
     .fetch_all(pool)
     .await
     .unwrap()
-}
-
-fn unix_ms_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
 }
 
 fn temp_path(name: &str) -> std::path::PathBuf {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use campaign_sender::fake_provider::FakeConfig;
+use campaign_sender::fake_provider::{ChaosKind, ChaosRequest, FakeConfig};
 use campaign_sender::pacer::Pacer;
 use campaign_sender::rate_share::{self, Coordinator, Settings, Signals};
 use sqlx::PgPool;
@@ -343,4 +343,63 @@ async fn a_lone_worker_sends_at_its_limit_and_reports_the_time_it_waited_for_it(
         waited >= Duration::from_millis(500) && waited <= took,
         "waited {waited:?} for the pacer in a {took:?} run"
     );
+}
+
+/// A 429 pauses the pod that got it at once, for its `Retry-After`, without waiting for the
+/// fleet: here no coordinator round can commit (the key's row is locked, as a slow or failing
+/// database would), so the fleet-wide pause never lands and the pod's own pause is all that
+/// keeps it from sending into the provider's refusal until its share lapses.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_429_pauses_its_own_pod_at_once_even_when_the_fleet_cannot_be_told(pool: PgPool) {
+    const N: u64 = 60;
+    seed(&pool, CAMPAIGN, N as i64).await;
+    let p = provider(Default::default()).await;
+    let mut cfg = config(&p.url);
+    cfg.mail_rate_per_s = 40;
+    cfg.send_concurrency = 4;
+    let w = worker(&pool, cfg).await;
+    let run = tokio::spawn(async move { w.run(CancellationToken::new()).await.unwrap() });
+    let t0 = Instant::now();
+    while p.fake.stats().delivered < 5 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "never started sending"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // No round commits from here on: the fleet cannot hear of the 429.
+    let mut lock = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM rate_limits FOR UPDATE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let storm_ms = unix_ms_now();
+    p.fake.set_chaos(ChaosRequest {
+        kind: ChaosKind::Storm429,
+        seconds: 0.2,
+        retry_after_s: 2,
+        stall_ms: 0,
+    });
+    tokio::time::sleep(Duration::from_millis(1800)).await;
+    let during: Vec<i64> = p
+        .fake
+        .deliveries()
+        .iter()
+        .filter(|d| (storm_ms + 300..storm_ms + 1800).contains(&d.first_ms))
+        .map(|d| d.member_id)
+        .collect();
+    assert!(
+        during.is_empty(),
+        "delivered during the 2-s Retry-After: {during:?}"
+    );
+    lock.rollback().await.unwrap();
+    let report = run.await.unwrap();
+    assert_eq!(report.exit_code, 0, "{report:?}");
+    let s = p.fake.stats();
+    assert_eq!(
+        (s.delivered, s.members_delivered_more_than_once),
+        (N, 0),
+        "{s:?}"
+    );
+    assert!(s.chaos_429 >= 1, "the storm met no request: {s:?}");
 }
