@@ -38,7 +38,7 @@ mutations=(
         self.pacer.revoke();|    async fn leave(&self) {|fleet"
   "rate share: an idle pod keeps its share|src/worker.rs|                    .set_busy(self.holding.load(Ordering::SeqCst) > 0);|                    .set_busy(true);|serve"
   "claim gate: holds FLUSH_MAX_ROWS more than its bound|src/worker.rs|            while self.holding.load(Ordering::SeqCst) >= low_water {|            while self.holding.load(Ordering::SeqCst) >= low_water + self.cfg().flush_max_rows as usize {|sending"
-  "claim gate: no early write for a waiting claimer|src/worker.rs|let makes_room = n_pending > 0|let makes_room = false && n_pending > 0|sending"
+  "claim gate: no early write for a waiting claimer|src/worker.rs|let makes_room = self.room_wanted.load(Ordering::SeqCst)|let makes_room = false && self.room_wanted.load(Ordering::SeqCst)|sending"
   "unreachable: a refused connect spends an attempt|src/provider.rs|Err(e) if e.is_connect() => Attempt::Undelivered {|Err(e) if false && e.is_connect() => Attempt::Undelivered {|hostile"
   "unreachable: no pause of the pod|src/worker.rs|pacer.pause_until(Instant::now() + pause);|let _ = Instant::now() + pause;|hostile"
   "unreachable: no one-at-a-time probing|src/worker.rs|            if probe {|            if probe && false {|hostile"

@@ -896,9 +896,9 @@ impl<'a> Pipeline<'a> {
                 _ = async { tokio::time::sleep_until(flush_at.expect("guarded")).await }, if flush_at.is_some() => false,
             };
             let due = flush_at.is_some_and(|t| Instant::now() >= t);
-            // Written, these rows would let a waiting claimer claim: write them now.
-            let makes_room = n_pending > 0
-                && self.room_wanted.load(Ordering::SeqCst)
+            // Written, these rows would let a waiting claimer claim: write them now. (With none
+            // pending this holds only if the claimer already has room; writing nothing is a no-op.)
+            let makes_room = self.room_wanted.load(Ordering::SeqCst)
                 && self
                     .holding
                     .load(Ordering::SeqCst)

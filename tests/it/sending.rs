@@ -296,3 +296,33 @@ async fn an_opt_out_committed_after_claim_but_before_send_stops_that_send(pool: 
     );
     assert_eq!(store(&pool).remaining().await.unwrap().total(), 0);
 }
+
+/// Results are written in groups (every FLUSH_MAX_ROWS, FLUSH_INTERVAL_MS after the oldest, or
+/// early for a waiting claimer), not one statement per answer: writes stay far fewer than
+/// sends. Each fenced write is one statement, and its rows share that statement's `updated_at`.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn results_are_written_in_groups_not_one_statement_per_answer(pool: PgPool) {
+    const N: i64 = 1000;
+    seed(&pool, CAMPAIGN, N).await;
+    let p = provider(FakeConfig {
+        latency_mean_ms: 20,
+        ..Default::default()
+    })
+    .await;
+    let mut cfg = config(&p.url);
+    cfg.send_concurrency = 16;
+    cfg.flush_max_rows = 100;
+    cfg.flush_interval_ms = 200;
+    let report = run_to_end(&pool, cfg).await;
+    assert_eq!(report.campaign.sent, N, "{report:?}");
+    let writes: i64 = sqlx::query_scalar(
+        "SELECT count(DISTINCT updated_at) FROM campaign_targets WHERE state = 'sent'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(
+        writes <= N / 5,
+        "{N} results written in {writes} statements"
+    );
+}
