@@ -326,3 +326,64 @@ async fn results_are_written_in_groups_not_one_statement_per_answer(pool: PgPool
         "{N} results written in {writes} statements"
     );
 }
+
+/// A result write the database keeps refusing (here a trigger; a full disk or a broken
+/// constraint would do the same) is retried for several seconds — a blip is ridden out — then
+/// given up and counted (`finish_errors`). Its rows were sent, so they come back after their
+/// lease and are sent again under the same idempotency key: the provider suppresses the repeat,
+/// nobody is mailed twice, and they are written once the database takes the write.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_result_write_that_keeps_failing_is_given_up_counted_and_its_rows_return_after_their_lease(
+    pool: PgPool,
+) {
+    const N: i64 = 20;
+    seed(&pool, CAMPAIGN, N).await;
+    sqlx::raw_sql(
+        "CREATE FUNCTION refuse_member_7() RETURNS trigger LANGUAGE plpgsql AS
+           $$ BEGIN RAISE EXCEPTION 'test: this write is refused'; END $$;
+         CREATE TRIGGER refuse_member_7 BEFORE UPDATE ON campaign_targets FOR EACH ROW
+           WHEN (NEW.member_id = 7 AND NEW.state = 'sent') EXECUTE FUNCTION refuse_member_7();",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let p = provider(Default::default()).await;
+    let mut cfg = config(&p.url);
+    cfg.lease_s = 3;
+    cfg.connect_timeout_ms = 500;
+    cfg.read_timeout_ms = 500;
+    let w = std::sync::Arc::new(worker(&pool, cfg).await);
+    let t0 = Instant::now();
+    let run = {
+        let w = w.clone();
+        tokio::spawn(async move { w.run(CancellationToken::new()).await.unwrap() })
+    };
+    while w.stats().finish_errors == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(20), "never gave up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Five tries, 200 ms doubling: 6.2 s of retries before giving up.
+    let gave_up = t0.elapsed();
+    assert!(
+        gave_up >= Duration::from_secs(5),
+        "gave up after {gave_up:?}"
+    );
+    sqlx::query("DROP TRIGGER refuse_member_7 ON campaign_targets")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let report = run.await.unwrap();
+    assert_eq!(report.exit_code, 0, "{report:?}");
+    assert_eq!(report.campaign.sent, N, "{report:?}");
+    assert_eq!(report.stats.finish_errors, 1, "{report:?}");
+    let s = p.fake.stats();
+    assert_eq!(
+        (s.delivered, s.members_delivered_more_than_once),
+        (N as u64, 0),
+        "{s:?}"
+    );
+    assert!(
+        s.duplicates_suppressed >= 1,
+        "the unwritten rows were not sent again: {s:?}"
+    );
+}
