@@ -42,7 +42,7 @@ mutations=(
   "unreachable: a refused connect spends an attempt|src/provider.rs|Err(e) if e.is_connect() => Attempt::Undelivered {|Err(e) if false && e.is_connect() => Attempt::Undelivered {|hostile"
   "unreachable: no pause of the pod|src/worker.rs|pacer.pause_until(Instant::now() + pause);|let _ = Instant::now() + pause;|hostile"
   "unreachable: no one-at-a-time probing|src/worker.rs|            if probe {|            if probe && false {|hostile"
-  "threshold: own failures wait for the 1-s check|src/worker.rs|&& (failed_in_db + new_here > self.failure_budget|&& (false|exit"
+  "threshold: own failures wait for the 1-s check|src/outcome.rs|        && (known_failed + new_failures > budget|        && (false|exit"
   "pacer: a share never lapses|src/pacer.rs|s.valid_until = Some(valid_until);|s.valid_until = Some(valid_until + Duration::from_secs(3600));|unit"
   "provider: redirects are followed|src/provider.rs|.redirect(reqwest::redirect::Policy::none())|.redirect(reqwest::redirect::Policy::limited(5))|hostile"
   "provider: an attempt has no total bound|src/provider.rs|            .timeout(connect + read)

@@ -6,7 +6,8 @@
 //! - [`resolve`]: an attempt plus the row's attempt count → the [`Resolution`] that `finish`
 //!   writes (sent, retry at a time, failed, deferred or released without counting the attempt);
 //! - [`backoff`]: exponential wait with a cap and jitter, never shorter than `Retry-After`;
-//! - [`unreachable_pause`]: how long a pod stops sending while the provider cannot be reached.
+//! - [`unreachable_pause`]: how long a pod stops sending while the provider cannot be reached;
+//! - [`failure_check_due`]: when a worker counts the campaign's failures against the threshold.
 
 use std::time::Duration;
 
@@ -196,6 +197,22 @@ pub fn resolve(attempt: Attempt, attempt_no: u32, policy: &RetryPolicy, jitter: 
     }
 }
 
+/// Whether a worker should count the campaign's `failed` rows now (the failure threshold),
+/// having written `new_failures` more of its own since it last did: at once if they could take
+/// the campaign over `budget` (it counted `known_failed` then), else at most once a second
+/// (`since_last_check`; `None`: never checked), when the other pods' failures are seen too —
+/// and never while it has no new failures of its own (the pods that have them look).
+pub fn failure_check_due(
+    new_failures: i64,
+    known_failed: i64,
+    budget: i64,
+    since_last_check: Option<Duration>,
+) -> bool {
+    new_failures > 0
+        && (known_failed + new_failures > budget
+            || since_last_check.is_none_or(|d| d >= Duration::from_secs(1)))
+}
+
 /// How long a pod sends nothing after an attempt found the provider unreachable, when it has
 /// been unreachable for `down_for` (since the first such attempt): as long again, at least
 /// `BACKOFF_BASE_MS` and at most `BACKOFF_MAX_MS`, with equal jitter — so a blip costs a second
@@ -241,6 +258,30 @@ pub fn parse_retry_after(value: &str, now: std::time::SystemTime) -> Option<Dura
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_failure_threshold_is_checked_at_once_when_own_failures_could_cross_it() {
+        let ms = Duration::from_millis;
+        // 10 failed, budget 10: one more crosses it — checked at once, whenever the last was.
+        assert!(failure_check_due(1, 10, 10, Some(ms(10))));
+        assert!(failure_check_due(2, 9, 10, Some(ms(0))));
+        // 9 + 1 = 10 is still within the budget: not at once.
+        assert!(!failure_check_due(1, 9, 10, Some(ms(10))));
+    }
+
+    #[test]
+    fn otherwise_the_threshold_is_checked_at_most_once_a_second_and_never_without_new_failures() {
+        let ms = Duration::from_millis;
+        assert!(failure_check_due(1, 0, 10, None), "never checked yet");
+        assert!(!failure_check_due(1, 0, 10, Some(ms(999))));
+        assert!(failure_check_due(1, 0, 10, Some(ms(1000))));
+        for since in [None, Some(ms(5000))] {
+            assert!(
+                !failure_check_due(0, 100, 10, since),
+                "no new failures: {since:?}"
+            );
+        }
+    }
 
     const POLICY: RetryPolicy = RetryPolicy {
         max_attempts: 5,

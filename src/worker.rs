@@ -47,7 +47,8 @@ use crate::config::RunConfig;
 use crate::metrics as m;
 use crate::outage::Outage;
 use crate::outcome::{
-    plausible_email, resolve, unreachable_pause, Attempt, ErrorClass, Resolution, RetryPolicy,
+    failure_check_due, plausible_email, resolve, unreachable_pause, Attempt, ErrorClass,
+    Resolution, RetryPolicy,
 };
 use crate::pacer::Pacer;
 use crate::provider::Provider;
@@ -908,15 +909,16 @@ impl<'a> Pipeline<'a> {
                 self.flush(std::mem::take(&mut pending)).await;
                 n_pending = 0;
                 oldest = None;
-                // The failure threshold, checked when failures grew: at once if this worker's
-                // own new failures could cross it, else at most once a second (for the others').
+                // The failure threshold, checked when this worker's failures grew (a step's
+                // budget is unlimited: it only counts).
                 let failed_here = self.w.stats().failed;
                 let new_here = failed_here.saturating_sub(failures_seen) as i64;
-                if !self.one_batch
-                    && new_here > 0
-                    && (failed_in_db + new_here > self.failure_budget
-                        || last_failure_check.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)))
-                {
+                if failure_check_due(
+                    new_here,
+                    failed_in_db,
+                    self.failure_budget,
+                    last_failure_check.map(|t| t.elapsed()),
+                ) {
                     failures_seen = failed_here;
                     last_failure_check = Some(Instant::now());
                     if let Ok(failed) = self.w.store.failed_count().await {
