@@ -65,6 +65,34 @@ async fn permanent_failures_within_one_percent_still_exit_0(pool: PgPool) {
     );
 }
 
+/// The budget is what may fail: a campaign exactly at it (1 of 100 at 1 %) is finished, sent and
+/// exits 0 — it is not paused as if over it.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn failures_exactly_at_the_budget_still_finish_the_campaign_with_0(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 100).await;
+    sqlx::query("UPDATE campaign_targets SET email = NULL WHERE member_id = 10")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let p = provider(FakeConfig::default()).await;
+    let report = run_to_end(&pool, config(&p.url)).await;
+    assert_eq!(report.exit_code, exit::DONE, "{report:?}");
+    assert_eq!(
+        (
+            report.campaign.failed,
+            report.campaign.sent,
+            report.failure_budget
+        ),
+        (1, 99, 1)
+    );
+    let paused: Option<String> = sqlx::query_scalar("SELECT paused_by FROM campaigns")
+        .fetch_optional(&pool)
+        .await
+        .unwrap()
+        .flatten();
+    assert_eq!(paused, None, "a campaign within its budget was paused");
+}
+
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn too_many_failures_stop_the_run_early(pool: PgPool) {
     let (_, report) = run_against_an_unavailable_provider(&pool, 5000).await;
