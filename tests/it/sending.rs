@@ -387,3 +387,47 @@ async fn a_result_write_that_keeps_failing_is_given_up_counted_and_its_rows_retu
         "the unwritten rows were not sent again: {s:?}"
     );
 }
+
+/// Rows another pod took over while our requests for them were in flight (our lease had
+/// lapsed, theirs is live) are not ours to write: the fenced write leaves them to the new owner,
+/// and the report counts each as a stale write (what the stale-writes alert watches).
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn results_for_rows_taken_over_mid_request_are_fenced_off_and_counted(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 20).await;
+    let p = provider(FakeConfig {
+        latency_mean_ms: 400,
+        ..Default::default()
+    })
+    .await;
+    let mut cfg = config(&p.url);
+    cfg.send_concurrency = 32;
+    let w = worker(&pool, cfg).await;
+    let takeover = async {
+        let t0 = Instant::now();
+        while p.fake.stats().in_flight < 20 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "requests never in flight"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        sqlx::query(
+            "UPDATE campaign_targets SET claim_id = gen_random_uuid(),
+                    lease_until = now() + interval '1 minute'
+              WHERE member_id <= 5",
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
+    };
+    let cancel = CancellationToken::new();
+    let (step, ()) = tokio::join!(w.step(far(), &cancel), takeover);
+    assert!(matches!(step.unwrap(), Step::Worked { claimed: 20 }));
+    assert_eq!(w.stats().stale_writes, 5, "{:?}", w.stats());
+    let s = states(&pool).await;
+    assert_eq!(
+        (s.get("sent"), s.get("sending")),
+        (Some(&15), Some(&5)),
+        "{s:?}"
+    );
+}
