@@ -394,13 +394,15 @@ async fn a_result_write_that_keeps_failing_is_given_up_counted_and_its_rows_retu
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn results_for_rows_taken_over_mid_request_are_fenced_off_and_counted(pool: PgPool) {
     seed(&pool, CAMPAIGN, 20).await;
+    // Slow answers: all 20 requests are open at once for long enough to take rows over.
     let p = provider(FakeConfig {
-        latency_mean_ms: 400,
+        latency_mean_ms: 1500,
         ..Default::default()
     })
     .await;
     let mut cfg = config(&p.url);
     cfg.send_concurrency = 32;
+    cfg.read_timeout_ms = 3000;
     let w = worker(&pool, cfg).await;
     let takeover = async {
         let t0 = Instant::now();
