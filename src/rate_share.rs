@@ -322,7 +322,7 @@ impl Coordinator {
             // Bounded: a hung round must not outlive the share it would renew.
             let round =
                 tokio::time::timeout(self.s.ttl, self.round(mine.as_ref(), report, started));
-            match round.await {
+            let failed = match round.await {
                 Ok(Ok(plan)) => {
                     if failing {
                         info!(
@@ -333,21 +333,20 @@ impl Coordinator {
                     }
                     pending_429 = None;
                     mine = Some(plan.me);
+                    continue;
                 }
-                Ok(Err(e)) if !failing => {
-                    warn!(error = %e, "rate share not renewed; sending stops when it lapses (RATE_SHARE_TTL_MS) unless the database answers");
-                    failing = true;
-                }
-                Err(_) if !failing => {
-                    warn!("rate share round timed out; sending stops when the share lapses");
-                    failing = true;
-                }
-                _ => {}
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => "the round timed out".to_string(),
+            };
+            // Not renewed: the share lapses by itself (the pacer's grant has a validity), so the
+            // gauge says 0 now; our row is re-read next time (this round may have committed).
+            // Said once per outage, not once per round.
+            if !failing {
+                warn!(error = %failed, "rate share not renewed; sending stops when it lapses (RATE_SHARE_TTL_MS) unless the database answers");
             }
-            if failing {
-                m::rate_share(0.0);
-                mine = None; // re-read our row next time; it may have been written
-            }
+            failing = true;
+            m::rate_share(0.0);
+            mine = None;
         }
         self.leave().await;
     }

@@ -236,11 +236,7 @@ async fn count(pool: &PgPool, sql: &str) -> i64 {
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn sends_inside_a_batch_overlap(pool: PgPool) {
     seed(&pool, CAMPAIGN, 300).await;
-    let p = provider(FakeConfig {
-        latency_mean_ms: 50,
-        ..Default::default()
-    })
-    .await;
+    let p = slow_provider(50).await;
     let mut cfg = config(&p.url);
     cfg.send_concurrency = 16;
     let report = run_to_end(&pool, cfg).await;
@@ -256,11 +252,7 @@ async fn sends_inside_a_batch_overlap(pool: PgPool) {
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn sigterm_releases_unsent_rows_at_once_and_others_finish_them_without_waiting(pool: PgPool) {
     seed(&pool, CAMPAIGN, 2000).await;
-    let p = provider(FakeConfig {
-        latency_mean_ms: 20,
-        ..Default::default()
-    })
-    .await;
+    let p = slow_provider(20).await;
     let db = worker_url(&pool).await;
     // A 30 s lease: if SIGTERM left rows leased, the second worker would have to wait it out.
     let slow = env(

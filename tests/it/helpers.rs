@@ -97,6 +97,30 @@ pub async fn provider(cfg: FakeConfig) -> TestProvider {
     }
 }
 
+/// A provider that answers every request after `latency_ms` (no faults, no rate limit).
+pub async fn slow_provider(latency_ms: u64) -> TestProvider {
+    provider(FakeConfig {
+        latency_mean_ms: latency_ms,
+        ..Default::default()
+    })
+    .await
+}
+
+/// Polls the provider's statistics every 5 ms until `done` holds; panics naming `what` after
+/// `limit`.
+pub async fn until_stats(
+    p: &TestProvider,
+    limit: Duration,
+    what: &str,
+    done: impl Fn(&fake_provider::Stats) -> bool,
+) {
+    let t0 = std::time::Instant::now();
+    while !done(&p.fake.stats()) {
+        assert!(t0.elapsed() < limit, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// Defaults shrunk to test speed: short timeouts and backoff, generous rate.
 pub fn config(url: &str) -> RunConfig {
     let vars: Vec<(String, String)> = [

@@ -259,11 +259,7 @@ async fn import_of_a_missing_file_gives_66(pool: PgPool) {
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn a_running_worker_obeys_a_pause_within_a_second_and_starts_no_request_after(pool: PgPool) {
     seed(&pool, CAMPAIGN, 3000).await;
-    let p = provider(FakeConfig {
-        latency_mean_ms: 150,
-        ..Default::default()
-    })
-    .await;
+    let p = slow_provider(150).await;
     let mut cfg = config(&p.url);
     cfg.mail_rate_per_s = 400;
     let w = worker(&pool, cfg).await;

@@ -359,14 +359,10 @@ async fn a_429_pauses_its_own_pod_at_once_even_when_the_fleet_cannot_be_told(poo
     cfg.send_concurrency = 4;
     let w = worker(&pool, cfg).await;
     let run = tokio::spawn(async move { w.run(CancellationToken::new()).await.unwrap() });
-    let t0 = Instant::now();
-    while p.fake.stats().delivered < 5 {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "never started sending"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    until_stats(&p, Duration::from_secs(10), "sending started", |s| {
+        s.delivered >= 5
+    })
+    .await;
     // No round commits from here on: the fleet cannot hear of the 429.
     let mut lock = pool.begin().await.unwrap();
     sqlx::query("SELECT 1 FROM rate_limits FOR UPDATE")

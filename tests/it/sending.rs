@@ -69,11 +69,7 @@ async fn retry_backs_off_then_fails_after_max_attempts(pool: PgPool) {
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn time_budget_leftovers_are_released_without_counting_an_attempt(pool: PgPool) {
     seed(&pool, CAMPAIGN, 20).await;
-    let p = provider(FakeConfig {
-        latency_mean_ms: 200,
-        ..Default::default()
-    })
-    .await;
+    let p = slow_provider(200).await;
     let mut cfg = config(&p.url);
     cfg.send_concurrency = 1;
     let w = worker(&pool, cfg).await;
@@ -99,11 +95,7 @@ async fn time_budget_leftovers_are_released_without_counting_an_attempt(pool: Pg
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn a_cancelled_run_releases_unsent_rows_at_once(pool: PgPool) {
     seed(&pool, CAMPAIGN, 50).await;
-    let p = provider(FakeConfig {
-        latency_mean_ms: 100,
-        ..Default::default()
-    })
-    .await;
+    let p = slow_provider(100).await;
     let mut cfg = config(&p.url);
     cfg.send_concurrency = 2;
     let w = worker(&pool, cfg).await;
@@ -168,11 +160,7 @@ async fn run_sampling_held(pool: &PgPool, cfg: RunConfig) -> (RunReport, i64) {
 async fn a_worker_never_holds_more_than_a_batch_plus_the_low_water_mark(pool: PgPool) {
     const N: i64 = 2000;
     seed(&pool, CAMPAIGN, N).await;
-    let p = provider(FakeConfig {
-        latency_mean_ms: 20,
-        ..Default::default()
-    })
-    .await;
+    let p = slow_provider(20).await;
     let mut cfg = config(&p.url);
     cfg.batch_size = 50;
     cfg.send_concurrency = 64; // low_water = min(max(64, 5000 / 2), 50) = 50
@@ -202,11 +190,7 @@ async fn a_worker_never_holds_more_than_a_batch_plus_the_low_water_mark(pool: Pg
 async fn a_worker_keeps_half_a_second_of_work_claimed_ahead_of_its_sends(pool: PgPool) {
     const N: i64 = 1000;
     seed(&pool, CAMPAIGN, N).await;
-    let p = provider(FakeConfig {
-        latency_mean_ms: 20,
-        ..Default::default()
-    })
-    .await;
+    let p = slow_provider(20).await;
     let mut cfg = config(&p.url);
     cfg.batch_size = 200;
     cfg.send_concurrency = 16;
@@ -252,11 +236,7 @@ async fn the_idempotency_key_is_the_same_on_every_attempt(pool: PgPool) {
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn an_opt_out_committed_after_claim_but_before_send_stops_that_send(pool: PgPool) {
     seed(&pool, CAMPAIGN, 40).await;
-    let p = provider(FakeConfig {
-        latency_mean_ms: 100,
-        ..Default::default()
-    })
-    .await;
+    let p = slow_provider(100).await;
     let mut cfg = config(&p.url);
     cfg.send_concurrency = 1;
     cfg.optout_recheck_ms = 50;
@@ -304,11 +284,7 @@ async fn an_opt_out_committed_after_claim_but_before_send_stops_that_send(pool: 
 async fn results_are_written_in_groups_not_one_statement_per_answer(pool: PgPool) {
     const N: i64 = 1000;
     seed(&pool, CAMPAIGN, N).await;
-    let p = provider(FakeConfig {
-        latency_mean_ms: 20,
-        ..Default::default()
-    })
-    .await;
+    let p = slow_provider(20).await;
     let mut cfg = config(&p.url);
     cfg.send_concurrency = 16;
     cfg.flush_max_rows = 100;
@@ -395,24 +371,16 @@ async fn a_result_write_that_keeps_failing_is_given_up_counted_and_its_rows_retu
 async fn results_for_rows_taken_over_mid_request_are_fenced_off_and_counted(pool: PgPool) {
     seed(&pool, CAMPAIGN, 20).await;
     // Slow answers: all 20 requests are open at once for long enough to take rows over.
-    let p = provider(FakeConfig {
-        latency_mean_ms: 1500,
-        ..Default::default()
-    })
-    .await;
+    let p = slow_provider(1500).await;
     let mut cfg = config(&p.url);
     cfg.send_concurrency = 32;
     cfg.read_timeout_ms = 3000;
     let w = worker(&pool, cfg).await;
     let takeover = async {
-        let t0 = Instant::now();
-        while p.fake.stats().in_flight < 20 {
-            assert!(
-                t0.elapsed() < Duration::from_secs(10),
-                "requests never in flight"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        until_stats(&p, Duration::from_secs(10), "20 requests in flight", |s| {
+            s.in_flight >= 20
+        })
+        .await;
         sqlx::query(
             "UPDATE campaign_targets SET claim_id = gen_random_uuid(),
                     lease_until = now() + interval '1 minute'

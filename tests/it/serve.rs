@@ -34,15 +34,10 @@ async fn terminate(child: tokio::process::Child) -> (i32, String, String) {
 }
 
 async fn wait_delivered(p: &TestProvider, n: u64) {
-    let t0 = std::time::Instant::now();
-    while p.fake.stats().delivered < n {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "delivered {} of {n}",
-            p.fake.stats().delivered
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_stats(p, Duration::from_secs(30), &format!("{n} delivered"), |s| {
+        s.delivered >= n
+    })
+    .await;
 }
 
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
