@@ -19,8 +19,8 @@
 # profile of .config/nextest.toml: the run stops at the first red test, and a test a mutant
 # makes hang is ended after 60 s and counts as red. So a caught mutant costs ~12 s of build and
 # seconds of tests, a missed one the whole (filtered) suite; docs/RELIABILITY.md has the runs.
-# Too long for CI all the same (the store.rs, worker.rs and coordinator passes took ~1 h
-# each); run it when these files change. Not in .ci/run: scripts/mutants-sql.sh breaks the
+# Too long for CI all the same (the store.rs pass took ~1 h, worker.rs and the coordinator ~2 h
+# together); run it when these files change. Not in .ci/run: scripts/mutants-sql.sh breaks the
 # same statements by hand there. Runs in a copy of the tree with target/ copied: the working
 # tree is untouched.
 set -euo pipefail

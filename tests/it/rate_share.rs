@@ -73,6 +73,9 @@ async fn a_joining_pod_gets_capacity_only_a_second_after_the_others_gave_it_up(p
         || near(a.pacer.rate(), LIMIT),
     )
     .await;
+    // a has held it for over a second: only a's lowering itself (its share_changed_at, written
+    // by the round that lowers) can keep its old rate in force for b's first second.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
     let b = pod(&pool, "b");
     let lowered = until(Duration::from_secs(5), "a lowers to half", || {
         near(a.pacer.rate(), LIMIT / 2.0)
