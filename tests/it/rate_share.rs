@@ -164,6 +164,14 @@ async fn a_429_seen_by_one_pod_pauses_every_pod_of_the_key_and_cuts_the_limit(po
         near(a.pacer.rate(), LIMIT / 2.0) && near(b.pacer.rate(), LIMIT / 2.0)
     })
     .await;
+    let paused_for_status = || async {
+        let keys = rate_share::limits_of_campaign(&pool, CAMPAIGN)
+            .await
+            .unwrap();
+        assert_eq!(keys.len(), 1, "{keys:?}");
+        keys[0].paused_for_s
+    };
+    assert_eq!(paused_for_status().await, None, "paused before any 429");
     a.signals.throttled(Some(Duration::from_secs(2)));
     let reported = Instant::now();
     let (effective, paused_for): (f64, f64) = {
@@ -191,6 +199,9 @@ async fn a_429_seen_by_one_pod_pauses_every_pod_of_the_key_and_cuts_the_limit(po
         "{effective}"
     );
     assert!(paused_for > 1.5, "paused for {paused_for} s");
+    // `status` shows the pause (what it reads for each key of the campaign).
+    let shown = paused_for_status().await;
+    assert!(shown.is_some_and(|s| s > 1.0), "status shows {shown:?}");
     // b, which saw no 429 itself, gets no token until the pause is over.
     let stop = CancellationToken::new();
     tokio::time::sleep(SYNC * 3).await;
