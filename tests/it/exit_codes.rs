@@ -197,6 +197,35 @@ async fn a_database_gone_mid_run_is_ridden_out_for_the_whole_limit_then_the_run_
     assert_eq!(p.fake.stats().requests, 0);
 }
 
+/// The database refuses the pipeline's statements (here the claim: the worker role lost its
+/// UPDATE grant) for longer than the limit, after the run has started: the run ends with the
+/// database error (`run` exits 75 on it), not with a report that says it reached its deadline.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_claim_refused_past_the_limit_ends_the_run_with_the_database_error(pool: PgPool) {
+    use campaign_sender::store::Store;
+    use campaign_sender::worker::{RunError, Worker};
+    seed(&pool, CAMPAIGN, 10).await;
+    let url = worker_url(&pool).await; // creates the role with docs/roles.sql's grants
+    sqlx::query("REVOKE UPDATE ON campaign_targets FROM campaign_sender_worker")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let db = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .connect_lazy(&url)
+        .unwrap();
+    let p = provider(Default::default()).await;
+    let limit = Duration::from_secs(1);
+    let w = Worker::new(config(&p.url), Store::new(db, CAMPAIGN), limit).unwrap();
+    let err = w.run(Default::default()).await.unwrap_err();
+    assert!(
+        matches!(err, RunError::Database(l, _) if l == limit),
+        "{err}"
+    );
+    assert!(err.to_string().contains("permission denied"), "{err}");
+    assert_eq!(p.fake.stats().requests, 0);
+}
+
 /// A DATABASE_URL naming a database that does not exist (3D000): retried like any refusal
 /// (the database may be being created), then exit 75 saying so, with the server's own words —
 /// only a refused login is cut down to its code.
