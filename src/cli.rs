@@ -271,9 +271,9 @@ async fn wait_for_schema(pool: &sqlx::PgPool, limit: Duration) -> Result<(), Exi
 }
 
 /// Exit 75 with one line that says what to check, by what the server answered. Never the URL,
-/// the password, or the user a refused login named (`store::connect_error`).
+/// the password, or the user a refused login named (`store::error_text`).
 pub(crate) fn db_unavailable(e: sqlx::Error) -> ExitCode {
-    let shown = crate::store::connect_error(&e);
+    let shown = crate::store::error_text(&e);
     let code = match &e {
         sqlx::Error::Database(d) => d.code().map(|c| c.into_owned()),
         _ => None,

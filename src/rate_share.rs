@@ -335,7 +335,7 @@ impl Coordinator {
                     mine = Some(plan.me);
                     continue;
                 }
-                Ok(Err(e)) => e.to_string(),
+                Ok(Err(e)) => crate::store::error_text(&e),
                 Err(_) => "the round timed out".to_string(),
             };
             // Not renewed: the share lapses by itself (the pacer's grant has a validity), so the

@@ -132,7 +132,7 @@ pub async fn connect(cfg: &DbConfig) -> Result<PgPool, sqlx::Error> {
             Err(e) => match outage.next_wait(tokio::time::Instant::now()) {
                 None => return Err(e),
                 Some(nap) => {
-                    tracing::warn!(error = %connect_error(&e), retry_in_ms = nap.as_millis() as u64, "database not ready yet; retrying");
+                    tracing::warn!(error = %error_text(&e), retry_in_ms = nap.as_millis() as u64, "database not ready yet; retrying");
                     tokio::time::sleep(nap).await;
                 }
             },
@@ -140,11 +140,12 @@ pub async fn connect(cfg: &DbConfig) -> Result<PgPool, sqlx::Error> {
     }
 }
 
-/// A connect error as it may be logged. A refused login (SQLSTATE class 28) is shown by its code
-/// only: the server's text names the user, the client address and the database, and a Cloud SQL
-/// IAM user is an email address. Anything else (I/O, TLS, other server answers) is shown as sqlx
-/// words it, which never holds the URL or the password.
-pub fn connect_error(e: &sqlx::Error) -> String {
+/// A database error as it may be logged or shown, at start and mid-run alike: a refused login
+/// (SQLSTATE class 28) by its code only — the server's text names the user, the client address
+/// and the database, and a Cloud SQL IAM user is an email address; anything else (I/O, TLS,
+/// other server answers, whose messages name tables, columns or the database) as sqlx words it,
+/// which never holds the URL or the password.
+pub fn error_text(e: &sqlx::Error) -> String {
     match e {
         sqlx::Error::Database(d) => match d.code() {
             Some(c) if c.starts_with("28") => {

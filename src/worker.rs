@@ -54,7 +54,7 @@ use crate::pacer::Pacer;
 use crate::provider::Provider;
 use crate::rate_share::{self, Coordinator, Signals};
 use crate::report::{RunReport, StopReason, WorkerStats};
-use crate::store::{ClaimedRow, Hold, Remaining, Store};
+use crate::store::{self, ClaimedRow, Hold, Remaining, Store};
 
 /// What one [`Worker::step`] did.
 #[derive(Debug)]
@@ -68,7 +68,7 @@ pub enum Step {
 /// An unrecoverable problem for this run (the database stayed away too long).
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    #[error("database unavailable for more than {0:?}; rows this worker held are re-claimed after their lease. Check the database and rerun: {1}")]
+    #[error("database unavailable for more than {:?}; rows this worker held are re-claimed after their lease. Check the database and rerun: {}", .0, crate::store::error_text(.1))]
     Database(Duration, #[source] sqlx::Error),
 }
 
@@ -448,7 +448,7 @@ impl Worker {
                 Err(e) => match outage.next_wait(Instant::now()) {
                     None => return Err(RunError::Database(self.outage_limit, e)),
                     Some(wait) => {
-                        warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "database error; retrying");
+                        warn!(error = %store::error_text(&e), retry_in_ms = wait.as_millis() as u64, "database error; retrying");
                         tokio::time::sleep(wait).await;
                     }
                 },
@@ -549,7 +549,9 @@ impl<'a> Pipeline<'a> {
                 }
                 Ok(None) => {}
                 // Sends need the database too (the gate's check), so an outage stops them anyway.
-                Err(e) => warn!(error = %e, "cannot read the campaign's pause; will retry"),
+                Err(e) => {
+                    warn!(error = %store::error_text(&e), "cannot read the campaign's pause; will retry")
+                }
             }
         }
     }
@@ -945,7 +947,7 @@ impl<'a> Pipeline<'a> {
                             )
                             .await
                             {
-                                warn!(error = %e, "could not pause the campaign; other pods stop at their own threshold check");
+                                warn!(error = %store::error_text(&e), "could not pause the campaign; other pods stop at their own threshold check");
                             }
                         }
                     }
@@ -1006,7 +1008,7 @@ impl<'a> Pipeline<'a> {
             match self.w.store.finish(claim_id, results).await {
                 Ok(w) => return Some(w),
                 Err(e) => {
-                    warn!(error = %e, attempt, "writing results failed; retrying");
+                    warn!(error = %store::error_text(&e), attempt, "writing results failed; retrying");
                     tokio::time::sleep(wait).await;
                     wait *= 2;
                 }
@@ -1055,7 +1057,7 @@ impl<'a> Pipeline<'a> {
                     debug!(held = rows.len(), renewed = n, "leases renewed");
                 }
                 Err(e) => {
-                    warn!(error = %e, held = rows.len(), "lease renewal failed; will retry next beat")
+                    warn!(error = %store::error_text(&e), held = rows.len(), "lease renewal failed; will retry next beat")
                 }
             }
         }

@@ -226,6 +226,47 @@ async fn a_claim_refused_past_the_limit_ends_the_run_with_the_database_error(poo
     assert_eq!(p.fake.stats().requests, 0);
 }
 
+/// A database user can be an email address (a Cloud SQL IAM user is), and the server names it
+/// when it refuses a login. Mid-run, when the pool opens a connection again (a password
+/// rotation, a failover), that refusal must reach the logs and the run's error by its SQLSTATE
+/// only — the same rule as at start.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_login_refused_mid_run_is_shown_by_its_code_never_naming_the_user(pool: PgPool) {
+    use campaign_sender::store::Store;
+    use campaign_sender::worker::Worker;
+    let role = format!("sender.{}@example.com", std::process::id());
+    sqlx::raw_sql(&format!(
+        r#"DROP ROLE IF EXISTS "{role}"; CREATE ROLE "{role}" NOLOGIN"#
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let mut url = reqwest::Url::parse(&database_url(&pool).await).unwrap();
+    url.set_username(&role.replace('@', "%40")).unwrap();
+    let db = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(Duration::from_millis(500))
+        .connect_lazy(url.as_str())
+        .unwrap();
+    let p = provider(Default::default()).await;
+    let w = Worker::new(
+        config(&p.url),
+        Store::new(db, CAMPAIGN),
+        Duration::from_secs(1),
+    )
+    .unwrap();
+    let err = w.run(Default::default()).await.unwrap_err().to_string();
+    sqlx::raw_sql(&format!(r#"DROP ROLE "{role}""#))
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert!(err.contains("SQLSTATE 28000"), "{err}");
+    assert!(
+        !err.contains("example.com"),
+        "the user (an address) was printed: {err}"
+    );
+}
+
 /// A DATABASE_URL naming a database that does not exist (3D000): retried like any refusal
 /// (the database may be being created), then exit 75 saying so, with the server's own words —
 /// only a refused login is cut down to its code.
