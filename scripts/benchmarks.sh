@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${DATABASE_URL:-}" ]; then
   scripts/setup.sh >/dev/null
-  cargo build --locked --release --bins
+  cargo build --locked --release --workspace --bins
   exec scripts/with-pg.sh scripts/benchmarks.sh "$@"
 fi
 out=target/benchmarks.jsonl

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The chaos harness (loadtest/chaos.rs) on a throwaway PostgreSQL, one scenario after another:
+# The chaos harness (loadtest/src/bin/chaos/) on a throwaway PostgreSQL, one scenario after another:
 #   scripts/chaos.sh                       # kill pg-restart blackhole provider scale all, 50 000 targets each
 #   scripts/chaos.sh kill all -- --targets 20000
 # Prints each scenario's Markdown row (docs/RELIABILITY.md) and exits 1 if any check failed.
@@ -10,7 +10,7 @@ scenarios=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do scenarios+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
 [ ${#scenarios[@]} -gt 0 ] || scenarios=(kill pg-restart blackhole provider scale all)
-cargo build --release --bins --quiet
+cargo build --locked --release --workspace --bins --quiet
 dir=$(mktemp -d)
 trap 'scripts/pg.sh stop "$dir"' EXIT
 DATABASE_URL=$(scripts/pg.sh start "$dir")

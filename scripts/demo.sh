@@ -9,5 +9,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup.sh >/dev/null
-cargo build --locked --release --bins
+cargo build --locked --release --workspace --bins
 exec scripts/with-pg.sh target/release/drain "$@"

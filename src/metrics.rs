@@ -45,6 +45,9 @@ pub const STALE_WRITES_TOTAL: &str = "campaign_sender_stale_writes_total";
 pub const ROWS_RELEASED_TOTAL: &str = "campaign_sender_rows_released_total";
 /// Rows written `sent` whose member had opted out by the time of the write.
 pub const SENT_AFTER_OPTOUT_TOTAL: &str = "campaign_sender_sent_after_optout_total";
+/// Results whose fenced write was given up after the database kept refusing it (the rows
+/// return after their lease and are sent again under the same idempotency key).
+pub const RESULT_WRITES_FAILED_TOTAL: &str = "campaign_sender_result_writes_failed_total";
 /// The campaign's rows by `state` (ready, waiting, leased, failed), sampled by each pod.
 pub const BACKLOG_ROWS: &str = "campaign_sender_backlog_rows";
 
@@ -67,6 +70,7 @@ pub const ALL: &[&str] = &[
     STALE_WRITES_TOTAL,
     ROWS_RELEASED_TOTAL,
     SENT_AFTER_OPTOUT_TOTAL,
+    RESULT_WRITES_FAILED_TOTAL,
     BACKLOG_ROWS,
 ];
 
@@ -107,6 +111,7 @@ fn start_alerted_counters_at_zero() {
         LEASES_EXPIRED_TOTAL,
         STALE_WRITES_TOTAL,
         SENT_AFTER_OPTOUT_TOTAL,
+        RESULT_WRITES_FAILED_TOTAL,
     ] {
         counter!(name).increment(0);
     }
@@ -173,6 +178,10 @@ pub fn released(n: u64) {
 
 pub fn sent_after_optout(n: u64) {
     counter!(SENT_AFTER_OPTOUT_TOTAL).increment(n);
+}
+
+pub fn result_writes_failed(n: u64) {
+    counter!(RESULT_WRITES_FAILED_TOTAL).increment(n);
 }
 
 /// The work left (and, when known, the failed rows), as gauges by state.

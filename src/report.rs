@@ -1,37 +1,13 @@
-//! What a run did, and the exit code it maps to.
-//!
-//! Exit codes are the contract with Kubernetes Job semantics (see README, docs/DESIGN.md):
-//! a `podFailurePolicy` fails the Job on 2 and 78 (a person must act), and a retry of the pod
-//! on 1 or 75 simply continues where this one stopped.
+//! What a run did: the per-process counters, why it stopped, and the report printed at the end
+//! (its exit code is the one rule of [`crate::exit::code`]).
 
 use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::exit::{self, Mode};
 use crate::outcome::{ErrorClass, Resolution};
 use crate::store::CampaignCounts;
-
-/// Exit codes.
-pub mod exit {
-    /// Campaign done; permanent failures within `MAX_PERMANENT_FAILURE_RATIO`.
-    pub const DONE: u8 = 0;
-    /// Stopped before done (deadline or SIGTERM). A rerun continues where this one stopped.
-    pub const INCOMPLETE: u8 = 1;
-    /// Permanent failures above `MAX_PERMANENT_FAILURE_RATIO` of the campaign: a person must look.
-    pub const TOO_MANY_FAILURES: u8 = 2;
-    /// The campaign is paused (`campaign-sender pause`): nothing was sent, or the run stopped
-    /// when the pause was seen. `campaign-sender resume` and a rerun continue. A Job fails on it
-    /// (podFailurePolicy) instead of retrying a pod that would stop again at once.
-    pub const PAUSED: u8 = 3;
-    /// `import`: the input has invalid or repeated lines, and nothing was imported.
-    pub const DATA_ERROR: u8 = 65;
-    /// `import`: the input file cannot be opened.
-    pub const NO_INPUT: u8 = 66;
-    /// The database stayed unreachable (at start or mid-run) longer than `DB_CONNECT_RETRY_S`.
-    pub const DATABASE_UNAVAILABLE: u8 = 75;
-    /// Bad configuration; one line on stderr names the variable.
-    pub const CONFIG: u8 = 78;
-}
 
 /// Per-process counters (never per-recipient data).
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
@@ -59,7 +35,7 @@ pub struct WorkerStats {
     pub finish_errors: u64,
     /// Row leases extended by the heartbeat.
     pub leases_renewed: u64,
-    /// 429 answers (each paused this pod, then the fleet).
+    /// 429 answers (each paused this pod, then the fleet), whatever became of the row.
     pub throttled_429: u64,
     /// Milliseconds the gate waited for pacer tokens, summed over sends.
     pub pacer_wait_ms: u64,
@@ -69,12 +45,7 @@ impl WorkerStats {
     pub fn count(&mut self, res: &Resolution) {
         match res {
             Resolution::Sent { .. } => self.sent += 1,
-            Resolution::RetryAfter { class, .. } => {
-                self.retried += 1;
-                if *class == ErrorClass::Throttled {
-                    self.throttled_429 += 1;
-                }
-            }
+            Resolution::RetryAfter { .. } => self.retried += 1,
             Resolution::Failed { class, .. } => {
                 self.failed += 1;
                 if *class == ErrorClass::InvalidEmail {
@@ -88,32 +59,19 @@ impl WorkerStats {
             Resolution::Deferred { .. } => self.deferred += 1,
         }
     }
-
-    pub fn add(&mut self, o: &WorkerStats) {
-        self.batches += o.batches;
-        self.claimed += o.claimed;
-        self.requests += o.requests;
-        self.sent += o.sent;
-        self.retried += o.retried;
-        self.failed += o.failed;
-        self.released += o.released;
-        self.opted_out += o.opted_out;
-        self.deferred += o.deferred;
-        self.invalid_email += o.invalid_email;
-        self.stale_writes += o.stale_writes;
-        self.finish_errors += o.finish_errors;
-        self.leases_renewed += o.leases_renewed;
-        self.throttled_429 += o.throttled_429;
-        self.pacer_wait_ms += o.pacer_wait_ms;
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+/// Why a pass stopped.
 pub enum StopReason {
+    /// Nothing left to send.
     Done,
+    /// `DEADLINE_S` (or a step's `stop_at`) passed.
     Deadline,
+    /// SIGTERM or SIGINT (the process's shutdown token).
     Signal,
+    /// This pod found the campaign's `failed` rows over the budget (and paused it).
     TooManyFailures,
     /// The campaign's kill switch was on at the start or was turned on during the run.
     Paused,
@@ -128,6 +86,7 @@ pub struct RunReport {
     pub campaign: CampaignCounts,
     /// Most `failed` rows the campaign may have before exit code 2.
     pub failure_budget: i64,
+    pub mode: Mode,
     pub exit_code: u8,
 }
 
@@ -135,12 +94,13 @@ impl RunReport {
     pub fn new(
         worker: String,
         reason: StopReason,
+        mode: Mode,
         elapsed: Duration,
         stats: WorkerStats,
         campaign: CampaignCounts,
         failure_budget: i64,
     ) -> Self {
-        let exit_code = exit_code(reason, &campaign, failure_budget);
+        let exit_code = exit::code(reason, mode, &campaign, failure_budget);
         Self {
             worker,
             reason,
@@ -148,7 +108,18 @@ impl RunReport {
             stats,
             campaign,
             failure_budget,
+            mode,
             exit_code,
+        }
+    }
+
+    /// The same report for a pod that was told to stop while idling (`serve`).
+    pub fn stopped_by_signal(self) -> Self {
+        let reason = StopReason::Signal;
+        Self {
+            exit_code: exit::code(reason, self.mode, &self.campaign, self.failure_budget),
+            reason,
+            ..self
         }
     }
 
@@ -183,50 +154,5 @@ impl RunReport {
             sending = c.sending,
             copt = c.opted_out,
         )
-    }
-}
-
-/// The exit code: "a person must look" wins over everything, then done vs. not done.
-pub fn exit_code(reason: StopReason, campaign: &CampaignCounts, failure_budget: i64) -> u8 {
-    if reason == StopReason::TooManyFailures || campaign.failed > failure_budget {
-        return exit::TOO_MANY_FAILURES;
-    }
-    match reason {
-        StopReason::Done => exit::DONE,
-        StopReason::Paused => exit::PAUSED,
-        _ => exit::INCOMPLETE,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn failures_over_the_budget_win_over_done() {
-        let c = CampaignCounts {
-            total: 1000,
-            sent: 989,
-            failed: 11,
-            ..Default::default()
-        };
-        assert_eq!(exit_code(StopReason::Done, &c, 10), exit::TOO_MANY_FAILURES);
-        let ok = CampaignCounts {
-            failed: 10,
-            ..c.clone()
-        };
-        assert_eq!(exit_code(StopReason::Done, &ok, 10), exit::DONE);
-        assert_eq!(exit_code(StopReason::Deadline, &ok, 10), exit::INCOMPLETE);
-        assert_eq!(exit_code(StopReason::Signal, &ok, 10), exit::INCOMPLETE);
-        assert_eq!(
-            exit_code(StopReason::TooManyFailures, &ok, 10),
-            exit::TOO_MANY_FAILURES
-        );
-        assert_eq!(exit_code(StopReason::Paused, &ok, 10), exit::PAUSED);
-        // An auto-pause (failures over the budget) is still "a person must look".
-        assert_eq!(
-            exit_code(StopReason::Paused, &c, 10),
-            exit::TOO_MANY_FAILURES
-        );
     }
 }

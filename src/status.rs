@@ -10,9 +10,9 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::PgPool;
 
-use crate::campaign::{self, Pause};
-use crate::rate_share::{self, KeyState};
-use crate::store::{Progress, Reason, Store};
+use crate::store::campaigns::{self, Pause};
+use crate::store::rate::{self as rate_sql, KeyState};
+use crate::store::{Progress, Reason, RowState, Store};
 
 /// Reasons listed per kind.
 pub const TOP_REASONS: i64 = 5;
@@ -69,11 +69,11 @@ pub async fn gather(
     default_ratio: f64,
 ) -> Result<Status, sqlx::Error> {
     let store = Store::new(pool.clone(), campaign_id);
-    let settings = campaign::settings(pool, campaign_id).await?;
+    let settings = campaigns::settings(pool, campaign_id).await?;
     let progress = store.progress().await?;
-    let failures = store.reasons("failed", TOP_REASONS).await?;
-    let retrying = store.reasons("pending", TOP_REASONS).await?;
-    let limits = rate_share::limits_of_campaign(pool, campaign_id).await?;
+    let failures = store.reasons(RowState::Failed, TOP_REASONS).await?;
+    let retrying = store.reasons(RowState::Pending, TOP_REASONS).await?;
+    let limits = rate_sql::limits_of_campaign(pool, campaign_id).await?;
     let c = &progress.counts;
     let remaining = c.pending + c.sending;
     let rate = rate_per_s(&progress);
@@ -130,23 +130,32 @@ pub fn one_line(s: &Status) -> String {
     )
 }
 
-/// The full form, for a terminal.
+/// The full form, for a terminal: one section after the other.
 pub fn render(s: &Status) -> String {
-    use std::fmt::Write;
-    let c = &s.progress.counts;
     let mut o = String::new();
+    render_state(&mut o, s);
+    render_counts(&mut o, s);
+    render_limits(&mut o, s);
+    render_reasons(&mut o, s);
+    o
+}
+
+use std::fmt::Write as _;
+
+fn render_state(o: &mut String, s: &Status) {
     let _ = writeln!(o, "campaign   {} (template {})", s.campaign_id, s.template);
     match &s.paused {
         Some(p) => {
+            let why = p
+                .reason
+                .as_deref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default();
             let _ = writeln!(
                 o,
-                "PAUSED     since {} by {}{}",
+                "PAUSED     since {} by {}{why}",
                 p.at.format("%Y-%m-%d %H:%M:%S UTC"),
-                p.by,
-                p.reason
-                    .as_deref()
-                    .map(|r| format!(": {r}"))
-                    .unwrap_or_default()
+                p.by
             );
             let _ = writeln!(
                 o,
@@ -158,6 +167,10 @@ pub fn render(s: &Status) -> String {
             let _ = writeln!(o, "state      {}", if s.done { "done" } else { "running" });
         }
     }
+}
+
+fn render_counts(o: &mut String, s: &Status) {
+    let c = &s.progress.counts;
     let _ = writeln!(
         o,
         "targets    {} total: {} sent, {} failed (budget {}), {} pending ({} waiting to retry), {} sending, {} opted out",
@@ -172,6 +185,10 @@ pub fn render(s: &Status) -> String {
         "rate       {:.1}/s over the last minute ({} delivered){eta}",
         s.rate_per_s, s.progress.sent_last_minute
     );
+}
+
+/// Each rate-limit key the campaign's pods send under, with every live pod of the key.
+fn render_limits(o: &mut String, s: &Status) {
     if s.limits.is_empty() {
         let _ = writeln!(o, "workers    none live");
     }
@@ -194,15 +211,17 @@ pub fn render(s: &Status) -> String {
             } else {
                 format!(" (campaign {})", m.campaign_id)
             };
+            let idle = if m.weight == 0.0 { ", idle" } else { "" };
             let _ = writeln!(
                 o,
-                "  {:<24} share {:>7.1}/s{}{other}",
-                m.worker,
-                m.share_per_s,
-                if m.weight == 0.0 { ", idle" } else { "" }
+                "  {:<24} share {:>7.1}/s{idle}{other}",
+                m.worker, m.share_per_s
             );
         }
     }
+}
+
+fn render_reasons(o: &mut String, s: &Status) {
     for (title, list) in [("failed", &s.failures), ("retrying", &s.retrying)] {
         if list.is_empty() {
             continue;
@@ -212,7 +231,6 @@ pub fn render(s: &Status) -> String {
             let _ = writeln!(o, "{}", reason(r));
         }
     }
-    o
 }
 
 #[cfg(test)]

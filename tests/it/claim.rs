@@ -3,8 +3,8 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use campaign_sender::fake_provider::FakeConfig;
 use campaign_sender::outcome::Resolution;
+use fake_provider::FakeConfig;
 use sqlx::PgPool;
 
 use crate::helpers::*;
@@ -146,7 +146,7 @@ async fn a_stale_worker_cannot_overwrite_a_row_after_it_was_reclaimed(pool: PgPo
         })
         .collect();
     assert_eq!(
-        s.finish(slow.claim_id, &late).await.unwrap(),
+        s.finish(slow.claim_id, &late).await.unwrap().written,
         0,
         "stale results were written"
     );
@@ -157,10 +157,10 @@ async fn a_stale_worker_cannot_overwrite_a_row_after_it_was_reclaimed(pool: PgPo
         .iter()
         .map(|r| (r.member_id, Resolution::Sent { status: 200 }))
         .collect();
-    assert_eq!(s.finish(fresh.claim_id, &ok).await.unwrap(), 10);
+    assert_eq!(s.finish(fresh.claim_id, &ok).await.unwrap().written, 10);
     assert_eq!(states(&pool).await.get("sent"), Some(&10));
     // And once settled, the stale worker still cannot touch them.
-    assert_eq!(s.finish(slow.claim_id, &late).await.unwrap(), 0);
+    assert_eq!(s.finish(slow.claim_id, &late).await.unwrap().written, 0);
 }
 
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
@@ -182,7 +182,7 @@ async fn opt_outs_on_sent_failed_waiting_and_in_flight_rows_are_each_counted_onc
             },
         ),
     ];
-    assert_eq!(s.finish(b.claim_id, &settled).await.unwrap(), 2);
+    assert_eq!(s.finish(b.claim_id, &settled).await.unwrap().written, 2);
     // Another system opts out 1..=5: a sent, a failed, two in-flight and a waiting row.
     sqlx::query("UPDATE campaign_targets SET opted_out_at = now() WHERE member_id <= 5")
         .execute(&pool)
@@ -199,7 +199,7 @@ async fn opt_outs_on_sent_failed_waiting_and_in_flight_rows_are_each_counted_onc
             },
         ),
     ];
-    assert_eq!(s.finish(b.claim_id, &in_flight).await.unwrap(), 2);
+    assert_eq!(s.finish(b.claim_id, &in_flight).await.unwrap().written, 2);
 
     let c = s.counts().await.unwrap();
     // sent: 1 and 3 (an outcome stands); failed: 2; opted out: 4 and 5, never mailed; work
@@ -251,14 +251,17 @@ async fn a_heartbeat_extends_only_rows_still_held_under_its_own_claim(pool: PgPo
 
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn the_check_before_a_send_sees_rows_taken_over_by_another_claim(pool: PgPool) {
-    use campaign_sender::store::Hold;
+    use campaign_sender::store::Recheck;
     seed(&pool, CAMPAIGN, 2).await;
     let (a, b) = (store(&pool), store(&pool));
     let first = a.claim(2, LEASE).await.unwrap();
     let held = held_by(&first);
-    assert!(a.holds(&held).await.unwrap().is_empty(), "our own rows");
+    assert!(a.recheck(&held).await.unwrap().is_empty(), "our own rows");
     expire_leases(&pool).await;
     b.claim(1, LEASE).await.unwrap();
     // Row 1 is B's now: A must not send it. Row 2 is still A's (expired, not re-claimed).
-    assert_eq!(a.holds(&held).await.unwrap(), vec![(1, Hold::Lost)]);
+    assert_eq!(
+        a.recheck(&held).await.unwrap(),
+        vec![(1, Recheck::TakenOver)]
+    );
 }

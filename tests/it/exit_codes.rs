@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use campaign_sender::fake_provider::FakeConfig;
-use campaign_sender::report::exit;
+use campaign_sender::exit;
+use fake_provider::FakeConfig;
 use sqlx::PgPool;
 
 use crate::helpers::*;

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use campaign_sender::config::RunConfig;
-use campaign_sender::fake_provider::{self, FakeConfig, FakeProvider};
 use campaign_sender::store::Store;
 use campaign_sender::worker::Worker;
+use fake_provider::{self, FakeConfig, FakeProvider};
 use sqlx::PgPool;
 
 pub const CAMPAIGN: &str = "spring-sale";

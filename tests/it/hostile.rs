@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use campaign_sender::fake_provider::FakeConfig;
-use campaign_sender::report::{exit, StopReason};
+use campaign_sender::{exit, report::StopReason};
+use fake_provider::FakeConfig;
 use sqlx::PgPool;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -292,7 +292,7 @@ async fn an_unreachable_provider_fails_no_row_and_the_run_delivers_when_it_retur
     assert!(connect >= 1, "the outage is not visible in last_error");
 
     // The provider comes back on the same address.
-    let (_, fake, _task) = campaign_sender::fake_provider::spawn(Default::default(), addr)
+    let (_, fake, _task) = fake_provider::spawn(Default::default(), addr)
         .await
         .unwrap();
     let up = run_to_end(&pool, cfg).await;
@@ -322,7 +322,7 @@ async fn a_pod_sends_concurrently_again_as_soon_as_the_provider_answers_after_an
     let run = tokio::spawn(async move { worker.run(Default::default()).await.unwrap() });
     // Refused for a second (the pod pauses and probes), then the provider is back.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let (_, fake, _task) = campaign_sender::fake_provider::spawn(
+    let (_, fake, _task) = fake_provider::spawn(
         FakeConfig {
             latency_mean_ms: 50,
             ..Default::default()

@@ -11,7 +11,7 @@ mod hostile;
 mod manifests;
 mod migrate;
 mod operator;
-mod rate_share;
+mod rate;
 mod security;
 mod sending;
 mod serve;

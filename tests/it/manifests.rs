@@ -6,8 +6,8 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use campaign_sender::config::known_variables;
+use campaign_sender::exit;
 use campaign_sender::metrics;
-use campaign_sender::report::exit;
 use serde_yaml::Value;
 
 fn load(path: &str) -> Value {

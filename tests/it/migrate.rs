@@ -3,8 +3,8 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use campaign_sender::fake_provider::FakeConfig;
 use campaign_sender::store::MIGRATOR;
+use fake_provider::FakeConfig;
 use sqlx::PgPool;
 
 use crate::helpers::*;
@@ -192,7 +192,7 @@ async fn a_half_migrated_database_is_not_ready_and_the_worker_says_run_migrate(p
     .await;
     assert_eq!(
         code,
-        campaign_sender::report::exit::DATABASE_UNAVAILABLE as i32,
+        campaign_sender::exit::DATABASE_UNAVAILABLE as i32,
         "{err}"
     );
     assert!(err.contains("run `campaign-sender migrate`"), "{err}");
@@ -231,7 +231,7 @@ async fn a_schema_check_refused_for_another_reason_fails_at_once_naming_it(pool:
     .await;
     assert_eq!(
         code,
-        campaign_sender::report::exit::DATABASE_UNAVAILABLE as i32,
+        campaign_sender::exit::DATABASE_UNAVAILABLE as i32,
         "{err}"
     );
     assert!(err.contains("permission denied"), "{err}");

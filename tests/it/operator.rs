@@ -5,12 +5,12 @@ use std::io::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use campaign_sender::campaign;
-use campaign_sender::fake_provider::FakeConfig;
-use campaign_sender::import::{self, ImportError, ImportReport, Progress};
-use campaign_sender::report::{exit, StopReason};
+use campaign_sender::import::{self, ImportError, ImportProgress, ImportReport};
 use campaign_sender::status;
+use campaign_sender::store::campaigns;
 use campaign_sender::store::RetryFilter;
+use campaign_sender::{exit, report::StopReason};
+use fake_provider::FakeConfig;
 use sqlx::PgPool;
 use tokio::io::AsyncWriteExt;
 
@@ -30,7 +30,7 @@ async fn import_text(
         CAMPAIGN,
         input,
         rejects,
-        Arc::new(Progress::default()),
+        Arc::new(ImportProgress::default()),
     )
     .await
 }
@@ -269,7 +269,7 @@ async fn a_running_worker_obeys_a_pause_within_a_second_and_starts_no_request_af
         assert!(t0.elapsed() < Duration::from_secs(30), "no progress");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    campaign::pause(&pool, CAMPAIGN, campaign::BY_OPERATOR, Some("test"))
+    campaigns::pause(&pool, CAMPAIGN, campaigns::BY_OPERATOR, Some("test"))
         .await
         .unwrap();
     let paused_ms = unix_ms_now();
@@ -306,7 +306,7 @@ async fn a_running_worker_obeys_a_pause_within_a_second_and_starts_no_request_af
     assert!(*st.get("pending").unwrap() > 1000, "{st:?}");
 
     // Resumed, a new run finishes the campaign without mailing anyone twice.
-    campaign::resume(&pool, CAMPAIGN).await.unwrap().unwrap();
+    campaigns::resume(&pool, CAMPAIGN).await.unwrap().unwrap();
     let mut cfg = config(&p.url);
     cfg.mail_rate_per_s = 5000;
     let report = run_to_end(&pool, cfg).await;
@@ -364,7 +364,7 @@ async fn run_on_a_paused_campaign_exits_3_at_once_and_sends_nothing(pool: PgPool
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn serve_idles_while_paused_and_continues_by_itself_after_resume(pool: PgPool) {
     seed(&pool, CAMPAIGN, 200).await;
-    campaign::pause(&pool, CAMPAIGN, campaign::BY_OPERATOR, None)
+    campaigns::pause(&pool, CAMPAIGN, campaigns::BY_OPERATOR, None)
         .await
         .unwrap();
     let p = provider(FakeConfig::default()).await;
@@ -382,7 +382,7 @@ async fn serve_idles_while_paused_and_continues_by_itself_after_resume(pool: PgP
         "serve exited while paused"
     );
     assert_eq!(p.fake.stats().requests, 0);
-    campaign::resume(&pool, CAMPAIGN).await.unwrap();
+    campaigns::resume(&pool, CAMPAIGN).await.unwrap();
     let t0 = Instant::now();
     while p.fake.stats().delivered < 200 {
         assert!(t0.elapsed() < Duration::from_secs(30), "not resumed");
@@ -408,7 +408,7 @@ async fn serve_waits_on_an_automatic_pause_instead_of_crash_looping(pool: PgPool
         .execute(&pool)
         .await
         .unwrap();
-    campaign::pause(&pool, CAMPAIGN, campaign::BY_AUTO, Some("over budget"))
+    campaigns::pause(&pool, CAMPAIGN, campaigns::BY_AUTO, Some("over budget"))
         .await
         .unwrap();
     let p = provider(FakeConfig::default()).await;
@@ -430,7 +430,7 @@ async fn serve_waits_on_an_automatic_pause_instead_of_crash_looping(pool: PgPool
         .retry_failed(&RetryFilter::default(), false)
         .await
         .unwrap();
-    campaign::resume(&pool, CAMPAIGN).await.unwrap();
+    campaigns::resume(&pool, CAMPAIGN).await.unwrap();
     let t0 = Instant::now();
     while p.fake.stats().delivered < 100 {
         assert!(t0.elapsed() < Duration::from_secs(30), "not resumed");
@@ -451,7 +451,7 @@ async fn crossing_the_failure_threshold_pauses_the_campaign_and_status_says_why(
     assert_eq!(report.exit_code, exit::TOO_MANY_FAILURES, "{report:?}");
     let s = status::gather(&pool, CAMPAIGN, 0.01).await.unwrap();
     let pause = s.paused.clone().expect("not paused");
-    assert_eq!(pause.by, campaign::BY_AUTO);
+    assert_eq!(pause.by, campaigns::BY_AUTO);
     assert!(
         pause
             .reason
@@ -475,20 +475,20 @@ async fn crossing_the_failure_threshold_pauses_the_campaign_and_status_says_why(
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn the_first_pause_wins_and_resume_lifts_it_whoever_set_it(pool: PgPool) {
     seed(&pool, CAMPAIGN, 10).await;
-    let first = campaign::pause(&pool, CAMPAIGN, campaign::BY_AUTO, Some("over budget"))
+    let first = campaigns::pause(&pool, CAMPAIGN, campaigns::BY_AUTO, Some("over budget"))
         .await
         .unwrap();
-    let second = campaign::pause(&pool, CAMPAIGN, campaign::BY_OPERATOR, Some("later"))
+    let second = campaigns::pause(&pool, CAMPAIGN, campaigns::BY_OPERATOR, Some("later"))
         .await
         .unwrap();
     assert_eq!(
         second, first,
         "a later pause replaced the reason status shows"
     );
-    let lifted = campaign::resume(&pool, CAMPAIGN).await.unwrap();
+    let lifted = campaigns::resume(&pool, CAMPAIGN).await.unwrap();
     assert_eq!(lifted, Some(first));
-    assert_eq!(campaign::resume(&pool, CAMPAIGN).await.unwrap(), None);
-    assert_eq!(campaign::paused(&pool, CAMPAIGN).await.unwrap(), None);
+    assert_eq!(campaigns::resume(&pool, CAMPAIGN).await.unwrap(), None);
+    assert_eq!(campaigns::paused(&pool, CAMPAIGN).await.unwrap(), None);
 }
 
 // --- retry-failed ---------------------------------------------------------------------------
@@ -728,7 +728,7 @@ async fn a_settings_row_sets_the_template_and_threshold_and_none_is_needed(pool:
     let (code, out, err) = finish(child, Duration::from_secs(30)).await;
     assert_eq!(code, 0, "{out}\n{err}");
     // A later configure of one setting keeps the other.
-    campaign::set_settings(&pool, CAMPAIGN, Some("spring-v3"), None)
+    campaigns::set_settings(&pool, CAMPAIGN, Some("spring-v3"), None)
         .await
         .unwrap();
     let p = provider(FakeConfig::default()).await;

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use campaign_sender::fake_provider::FakeConfig;
+use fake_provider::FakeConfig;
 use sqlx::PgPool;
 
 use crate::helpers::*;

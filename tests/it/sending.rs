@@ -4,10 +4,10 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use campaign_sender::config::RunConfig;
-use campaign_sender::fake_provider::FakeConfig;
 use campaign_sender::report::RunReport;
 use campaign_sender::store::Store;
 use campaign_sender::worker::Step;
+use fake_provider::FakeConfig;
 use sqlx::PgPool;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;

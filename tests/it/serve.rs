@@ -2,12 +2,12 @@
 
 use std::time::Duration;
 
-use campaign_sender::fake_provider::FakeConfig;
+use fake_provider::FakeConfig;
 use sqlx::PgPool;
 
 use crate::helpers::*;
 
-fn env<'a>(mail_url: &'a str) -> Vec<(&'a str, &'a str)> {
+fn env(mail_url: &str) -> Vec<(&str, &str)> {
     vec![
         ("CAMPAIGN_ID", CAMPAIGN),
         ("MAIL_URL", mail_url),

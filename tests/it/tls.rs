@@ -6,8 +6,8 @@
 use std::process::Command;
 use std::time::Duration;
 
-use campaign_sender::fake_provider::FakeConfig;
-use campaign_sender::report::exit;
+use campaign_sender::exit;
+use fake_provider::FakeConfig;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 

@@ -1,0 +1,618 @@
+//! A fake email provider with the real provider's contract, for tests and load runs.
+//!
+//! - `POST /v1/send` with `{"to", "member_id", "template"}` and `Idempotency-Key`; optional
+//!   bearer key. A key already delivered within the idempotency window (24 h) answers 200 and
+//!   is not delivered again (`duplicates_suppressed`).
+//! - A GCRA rate limit (rate, burst) answers 429 with `Retry-After` (seconds, rounded up).
+//! - The fault profile our users see: `member_id % 25 == 0` → 503 on the first attempt of that
+//!   key (4 %); `member_id % 997 == 0` → 422 always (0.1 %). Optional latency (mean ± jitter),
+//!   stalls (never answers) and "everything 503".
+//! - `GET /stats` (JSON): requests, delivered, duplicates suppressed, 429s, members delivered
+//!   more than once (under different keys: what a broken idempotency key would cause), the most
+//!   requests accepted in any 1-second window, the most requests in flight.
+//! - `GET /timeline`: requests per second since start, by worker (the part of `User-Agent` in
+//!   parentheses) and by answer (`accepted`, `throttled`), for charts.
+//! - `GET /deliveries`: every delivered member with its first delivery time (for checks such as
+//!   "nothing delivered after an opt-out") and the distinct keys it was sent with.
+//! - `POST /chaos` `{"kind": "storm429" | "burst5xx" | "stall" | "off", "seconds", "retry_after_s",
+//!   "stall_ms"}`: for the chaos harness, a time-limited misbehaviour on top of the profile — a
+//!   429 storm with `Retry-After`, a burst of 500/502/503, or every request held `stall_ms`
+//!   before it is processed (delivered late, after the client gave up). Counted apart from the
+//!   rate limit's own 429s (`chaos_429`, `chaos_5xx`, `chaos_stalled`).
+//!
+//! Delivery time is when the request *arrived*, before any artificial latency.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+
+/// How the fake behaves. Every field can be set from the `fake-provider` command line.
+#[derive(Debug, Clone)]
+pub struct FakeConfig {
+    /// Accepted requests per second (GCRA); `None` = unlimited.
+    pub rate_per_s: Option<f64>,
+    /// Requests that may arrive at once above the steady rate.
+    pub burst: u32,
+    /// The standard fault profile (%25 → one 503, %997 → 422).
+    pub faults: bool,
+    /// Every request answers 503 (an outage).
+    pub always_unavailable: bool,
+    pub latency_mean_ms: u64,
+    pub latency_jitter_ms: u64,
+    /// Requests per million that stall (never answer).
+    pub stall_per_million: u32,
+    /// When set, requests must carry `Authorization: Bearer <key>`.
+    pub api_key: Option<String>,
+    pub idempotency_window: Duration,
+}
+
+impl Default for FakeConfig {
+    fn default() -> Self {
+        Self {
+            rate_per_s: None,
+            burst: 20,
+            faults: false,
+            always_unavailable: false,
+            latency_mean_ms: 0,
+            latency_jitter_ms: 0,
+            stall_per_million: 0,
+            api_key: None,
+            idempotency_window: Duration::from_secs(24 * 3600),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Stats {
+    pub requests: u64,
+    pub delivered: u64,
+    pub duplicates_suppressed: u64,
+    pub throttled_429: u64,
+    pub faults_503: u64,
+    pub rejected_422: u64,
+    pub bad_requests: u64,
+    pub unauthorized: u64,
+    pub members_delivered_more_than_once: u64,
+    pub max_accepted_in_1s: u64,
+    pub max_in_flight: u64,
+    /// The most requests that *arrived* in any 1-second window, whatever they were answered:
+    /// the load the senders offered, which must stay under the limit + burst.
+    #[serde(default)]
+    pub max_offered_in_1s: u64,
+    /// Requests in flight right now.
+    #[serde(default)]
+    pub in_flight: u64,
+    /// Answers forced by `POST /chaos`.
+    #[serde(default)]
+    pub chaos_429: u64,
+    #[serde(default)]
+    pub chaos_5xx: u64,
+    #[serde(default)]
+    pub chaos_stalled: u64,
+}
+
+/// A time-limited misbehaviour, set with `POST /chaos`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ChaosKind {
+    /// Every request answers 429 with `Retry-After: retry_after_s`.
+    Storm429,
+    /// Every request answers 500, 502 or 503 in turn.
+    Burst5xx,
+    /// Every request is held `stall_ms` before it is processed.
+    Stall,
+    /// Back to normal at once.
+    Off,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ChaosRequest {
+    pub kind: ChaosKind,
+    #[serde(default)]
+    pub seconds: f64,
+    #[serde(default = "one")]
+    pub retry_after_s: u64,
+    #[serde(default)]
+    pub stall_ms: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Delivery {
+    pub template: String,
+    pub member_id: i64,
+    /// Unix milliseconds of the first delivery.
+    pub first_ms: u64,
+    pub deliveries: u64,
+    pub keys: Vec<String>,
+}
+
+/// Requests in one second of the fake's life, from one worker.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TimelinePoint {
+    pub second: u64,
+    pub worker: String,
+    pub accepted: u64,
+    pub throttled: u64,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// (second since start, worker) → (accepted, throttled).
+    timeline: HashMap<(u64, String), (u64, u64)>,
+    stats: Stats,
+    /// key → when it was delivered.
+    delivered_keys: HashMap<String, Instant>,
+    /// keys that have been attempted at least once (the 503 fault hits only the first).
+    attempted_keys: HashSet<String>,
+    by_member: HashMap<(String, i64), Delivery>,
+    /// GCRA theoretical arrival time.
+    tat: Option<Instant>,
+    accepted_window: VecDeque<Instant>,
+    offered_window: VecDeque<Instant>,
+    /// The misbehaviour in force, and until when.
+    chaos: Option<(ChaosRequest, Instant)>,
+}
+
+/// Pushes `now` into a sliding 1-second window and returns how many are in it.
+fn in_last_second(window: &mut VecDeque<Instant>, now: Instant) -> u64 {
+    window.push_back(now);
+    while window
+        .front()
+        .is_some_and(|f| now.duration_since(*f) >= Duration::from_secs(1))
+    {
+        window.pop_front();
+    }
+    window.len() as u64
+}
+
+/// Shared state; tests read statistics from it directly.
+pub struct FakeProvider {
+    cfg: FakeConfig,
+    started: Instant,
+    inner: Mutex<Inner>,
+    in_flight: AtomicU64,
+}
+
+#[derive(Deserialize)]
+struct SendBody {
+    to: String,
+    member_id: i64,
+    template: String,
+}
+
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64
+}
+
+struct InFlight<'a>(&'a FakeProvider);
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+enum Verdict {
+    Throttled(Duration),
+    Accepted,
+}
+
+impl FakeProvider {
+    pub fn new(cfg: FakeConfig) -> Arc<Self> {
+        Arc::new(Self {
+            cfg,
+            started: Instant::now(),
+            inner: Mutex::new(Inner::default()),
+            in_flight: AtomicU64::new(0),
+        })
+    }
+
+    pub fn stats(&self) -> Stats {
+        let mut s = self.inner.lock().expect("fake lock").stats.clone();
+        s.in_flight = self.in_flight.load(Ordering::SeqCst);
+        s
+    }
+
+    /// Starts (or, with `Off`, ends) a misbehaviour for `seconds`.
+    pub fn set_chaos(&self, c: ChaosRequest) {
+        let mut inner = self.inner.lock().expect("fake lock");
+        inner.chaos = (c.kind != ChaosKind::Off).then(|| {
+            (
+                c.clone(),
+                Instant::now() + Duration::from_secs_f64(c.seconds.max(0.0)),
+            )
+        });
+    }
+
+    pub fn deliveries(&self) -> Vec<Delivery> {
+        let inner = self.inner.lock().expect("fake lock");
+        let mut v: Vec<Delivery> = inner.by_member.values().cloned().collect();
+        v.sort_by_key(|d| (d.template.clone(), d.member_id));
+        v
+    }
+
+    pub fn timeline(&self) -> Vec<TimelinePoint> {
+        let inner = self.inner.lock().expect("fake lock");
+        let mut v: Vec<TimelinePoint> = inner
+            .timeline
+            .iter()
+            .map(|((second, worker), (accepted, throttled))| TimelinePoint {
+                second: *second,
+                worker: worker.clone(),
+                accepted: *accepted,
+                throttled: *throttled,
+            })
+            .collect();
+        v.sort_by(|a, b| (a.second, &a.worker).cmp(&(b.second, &b.worker)));
+        v
+    }
+
+    /// GCRA: admit if the theoretical arrival time is at most `burst - 1` intervals ahead.
+    fn admit(&self, inner: &mut Inner, now: Instant) -> Verdict {
+        if let Some(rate) = self.cfg.rate_per_s {
+            let t = Duration::from_secs_f64(1.0 / rate);
+            let tolerance = t * self.cfg.burst.saturating_sub(1);
+            let tat = inner.tat.unwrap_or(now).max(now);
+            if tat > now + tolerance {
+                return Verdict::Throttled(tat - (now + tolerance));
+            }
+            inner.tat = Some(tat + t);
+        }
+        let n = in_last_second(&mut inner.accepted_window, now);
+        inner.stats.max_accepted_in_1s = inner.stats.max_accepted_in_1s.max(n);
+        Verdict::Accepted
+    }
+
+    async fn handle(&self, headers: HeaderMap, body: &[u8]) -> Response {
+        let arrived = Instant::now();
+        let arrived_wall = SystemTime::now();
+        let n = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        let _guard = InFlight(self);
+        self.with(|i| {
+            i.stats.requests += 1;
+            i.stats.max_in_flight = i.stats.max_in_flight.max(n);
+        });
+        let (key, req) = match self.check_request(&headers, body) {
+            Ok(r) => r,
+            Err(refusal) => return refusal.into_response(),
+        };
+        let worker = worker_of(&headers);
+        let second = arrived.duration_since(self.started).as_secs();
+        if let Some(answer) = self.misbehave(arrived).await {
+            return answer;
+        }
+        if let Verdict::Throttled(wait) = self.admit_counted(arrived, second, worker) {
+            self.with(|i| i.stats.throttled_429 += 1);
+            let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+            return (
+                StatusCode::TOO_MANY_REQUESTS,
+                [("retry-after", secs.to_string())],
+                "rate limited",
+            )
+                .into_response();
+        }
+        self.simulate_latency().await;
+        self.deliver(key, req, arrived, arrived_wall)
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
+        f(&mut self.inner.lock().expect("fake lock"))
+    }
+
+    /// The contract: the bearer key (when one is configured), an `Idempotency-Key`, a body of
+    /// `{to, member_id, template}` with an address in `to`. Else the answer to give.
+    fn check_request(
+        &self,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Result<(String, SendBody), (StatusCode, &'static str)> {
+        if let Some(key) = &self.cfg.api_key {
+            let ok = headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v == format!("Bearer {key}"));
+            if !ok {
+                self.with(|i| i.stats.unauthorized += 1);
+                return Err((StatusCode::UNAUTHORIZED, "missing or wrong API key"));
+            }
+        }
+        let key = match headers.get("idempotency-key").and_then(|v| v.to_str().ok()) {
+            Some(k) if !k.is_empty() => k.to_string(),
+            _ => {
+                self.with(|i| i.stats.bad_requests += 1);
+                return Err((StatusCode::BAD_REQUEST, "Idempotency-Key header required"));
+            }
+        };
+        let req: SendBody = match serde_json::from_slice(body) {
+            Ok(b) => b,
+            Err(_) => {
+                self.with(|i| i.stats.bad_requests += 1);
+                return Err((
+                    StatusCode::BAD_REQUEST,
+                    "body must be {to, member_id, template}",
+                ));
+            }
+        };
+        if !req.to.contains('@') {
+            self.with(|i| i.stats.rejected_422 += 1);
+            return Err((StatusCode::UNPROCESSABLE_ENTITY, "invalid recipient"));
+        }
+        Ok((key, req))
+    }
+
+    /// The offered-load window, then the `POST /chaos` misbehaviour in force, if any: an answer
+    /// instead of processing (a 429 storm, a 5xx burst), or a stall before processing.
+    async fn misbehave(&self, arrived: Instant) -> Option<Response> {
+        let chaos = self.with(|i| {
+            let offered = in_last_second(&mut i.offered_window, arrived);
+            i.stats.max_offered_in_1s = i.stats.max_offered_in_1s.max(offered);
+            match &i.chaos {
+                Some((c, until)) if arrived < *until => Some(c.clone()),
+                _ => None,
+            }
+        })?;
+        match chaos.kind {
+            ChaosKind::Storm429 => {
+                self.with(|i| i.stats.chaos_429 += 1);
+                Some(
+                    (
+                        StatusCode::TOO_MANY_REQUESTS,
+                        [("retry-after", chaos.retry_after_s.to_string())],
+                        "rate limited (storm)",
+                    )
+                        .into_response(),
+                )
+            }
+            ChaosKind::Burst5xx => {
+                let status = self.with(|i| {
+                    i.stats.chaos_5xx += 1;
+                    [
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        StatusCode::BAD_GATEWAY,
+                        StatusCode::SERVICE_UNAVAILABLE,
+                    ][(i.stats.chaos_5xx % 3) as usize]
+                });
+                Some((status, "upstream trouble").into_response())
+            }
+            ChaosKind::Stall => {
+                self.with(|i| i.stats.chaos_stalled += 1);
+                tokio::time::sleep(Duration::from_millis(chaos.stall_ms)).await;
+                None
+            }
+            ChaosKind::Off => None,
+        }
+    }
+
+    /// The rate limit's verdict, counted in the timeline by worker.
+    fn admit_counted(&self, arrived: Instant, second: u64, worker: String) -> Verdict {
+        self.with(|i| {
+            let v = self.admit(i, arrived);
+            let slot = i.timeline.entry((second, worker)).or_default();
+            match v {
+                Verdict::Accepted => slot.0 += 1,
+                Verdict::Throttled(_) => slot.1 += 1,
+            }
+            v
+        })
+    }
+
+    /// The configured stalls (never answered) and latency (mean ± jitter).
+    async fn simulate_latency(&self) {
+        if self.cfg.stall_per_million > 0
+            && rand::random_range(0..1_000_000) < self.cfg.stall_per_million
+        {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+        }
+        if self.cfg.latency_mean_ms > 0 || self.cfg.latency_jitter_ms > 0 {
+            let j = self.cfg.latency_jitter_ms as i64;
+            let ms = (self.cfg.latency_mean_ms as i64
+                + if j > 0 { rand::random_range(-j..=j) } else { 0 })
+            .max(0);
+            tokio::time::sleep(Duration::from_millis(ms as u64)).await;
+        }
+    }
+
+    /// An admitted request: suppressed as a repeat of a key delivered within the idempotency
+    /// window, failed by the fault profile, or delivered (and recorded by member).
+    fn deliver(
+        &self,
+        key: String,
+        req: SendBody,
+        arrived: Instant,
+        arrived_wall: SystemTime,
+    ) -> Response {
+        let mut inner = self.inner.lock().expect("fake lock");
+        if let Some(at) = inner.delivered_keys.get(&key) {
+            if arrived.duration_since(*at) < self.cfg.idempotency_window {
+                inner.stats.duplicates_suppressed += 1;
+                return (
+                    StatusCode::OK,
+                    Json(serde_json::json!({"status": "duplicate", "key": key})),
+                )
+                    .into_response();
+            }
+        }
+        if self.cfg.always_unavailable {
+            inner.stats.faults_503 += 1;
+            return (StatusCode::SERVICE_UNAVAILABLE, "unavailable").into_response();
+        }
+        let first_attempt = inner.attempted_keys.insert(key.clone());
+        if self.cfg.faults && req.member_id % 997 == 0 {
+            inner.stats.rejected_422 += 1;
+            return (StatusCode::UNPROCESSABLE_ENTITY, "recipient rejected").into_response();
+        }
+        if self.cfg.faults && req.member_id % 25 == 0 && first_attempt {
+            inner.stats.faults_503 += 1;
+            return (StatusCode::SERVICE_UNAVAILABLE, "try again").into_response();
+        }
+        inner.delivered_keys.insert(key.clone(), arrived);
+        inner.stats.delivered += 1;
+        let rec = inner
+            .by_member
+            .entry((req.template.clone(), req.member_id))
+            .or_insert_with(|| Delivery {
+                template: req.template.clone(),
+                member_id: req.member_id,
+                first_ms: unix_ms(arrived_wall),
+                deliveries: 0,
+                keys: Vec::new(),
+            });
+        rec.deliveries += 1;
+        if !rec.keys.contains(&key) {
+            rec.keys.push(key.clone());
+        }
+        if rec.deliveries == 2 {
+            inner.stats.members_delivered_more_than_once += 1;
+        }
+        (
+            StatusCode::OK,
+            Json(serde_json::json!({"status": "queued", "key": key})),
+        )
+            .into_response()
+    }
+}
+
+/// The worker that sent a request: the part of `User-Agent` in parentheses (never personal
+/// data), at most 32 characters.
+fn worker_of(headers: &HeaderMap) -> String {
+    headers
+        .get("user-agent")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|ua| ua.rsplit_once('(').and_then(|(_, w)| w.strip_suffix(')')))
+        .map(|w| w.chars().take(32).collect::<String>())
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
+async fn send(
+    State(p): State<Arc<FakeProvider>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    p.handle(headers, &body).await
+}
+
+async fn stats(State(p): State<Arc<FakeProvider>>) -> Json<Stats> {
+    Json(p.stats())
+}
+
+async fn timeline(State(p): State<Arc<FakeProvider>>) -> Json<Vec<TimelinePoint>> {
+    Json(p.timeline())
+}
+
+async fn deliveries(State(p): State<Arc<FakeProvider>>) -> Json<Vec<Delivery>> {
+    Json(p.deliveries())
+}
+
+async fn chaos(State(p): State<Arc<FakeProvider>>, Json(c): Json<ChaosRequest>) -> StatusCode {
+    p.set_chaos(c);
+    StatusCode::NO_CONTENT
+}
+
+pub fn router(p: Arc<FakeProvider>) -> Router {
+    Router::new()
+        .route("/v1/send", post(send))
+        .route("/stats", get(stats))
+        .route("/deliveries", get(deliveries))
+        .route("/timeline", get(timeline))
+        .route("/chaos", post(chaos))
+        .route("/healthz", get(|| async { "ok" }))
+        .with_state(p)
+}
+
+/// Serves on `addr` (port 0 picks a free one) until `shutdown` resolves; returns the bound
+/// address at once and the server task.
+pub async fn spawn(
+    cfg: FakeConfig,
+    addr: SocketAddr,
+) -> std::io::Result<(SocketAddr, Arc<FakeProvider>, tokio::task::JoinHandle<()>)> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    let p = FakeProvider::new(cfg);
+    let app = router(p.clone());
+    let handle = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok((bound, p, handle))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gcra_admits_rate_plus_burst_in_any_second() {
+        let p = FakeProvider::new(FakeConfig {
+            rate_per_s: Some(100.0),
+            burst: 10,
+            ..Default::default()
+        });
+        let mut inner = p.inner.lock().unwrap();
+        let start = Instant::now();
+        let mut admitted = 0;
+        // 1000 arrivals spread evenly over one second (1 ms apart): 100/s + a burst of 10.
+        for i in 0..1000u64 {
+            if matches!(
+                p.admit(&mut inner, start + Duration::from_millis(i)),
+                Verdict::Accepted
+            ) {
+                admitted += 1;
+            }
+        }
+        assert!((100..=111).contains(&admitted), "admitted {admitted}");
+    }
+
+    fn send_headers(key: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert("idempotency-key", key.parse().unwrap());
+        h
+    }
+
+    #[tokio::test]
+    async fn a_chaos_storm_answers_429_with_retry_after_apart_from_the_limit_and_then_ends() {
+        let p = FakeProvider::new(FakeConfig::default());
+        let body = br#"{"to":"a@example.com","member_id":1,"template":"t"}"#;
+        p.set_chaos(ChaosRequest {
+            kind: ChaosKind::Storm429,
+            seconds: 0.3,
+            retry_after_s: 7,
+            stall_ms: 0,
+        });
+        let r = p.handle(send_headers("t:1"), body).await;
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(r.headers()["retry-after"], "7");
+        p.set_chaos(ChaosRequest {
+            kind: ChaosKind::Burst5xx,
+            seconds: 0.3,
+            retry_after_s: 1,
+            stall_ms: 0,
+        });
+        assert!(p
+            .handle(send_headers("t:1"), body)
+            .await
+            .status()
+            .is_server_error());
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        assert_eq!(
+            p.handle(send_headers("t:1"), body).await.status(),
+            StatusCode::OK
+        );
+        let s = p.stats();
+        assert_eq!(
+            (s.chaos_429, s.chaos_5xx, s.throttled_429, s.delivered),
+            (1, 1, 0, 1)
+        );
+        assert_eq!(s.max_offered_in_1s, 3);
+    }
+}

@@ -1,0 +1,76 @@
+//! `fake-provider`: the fake email provider as a standalone server (see
+//! `campaign_sender::fake_provider`). Prints `listening on http://ADDR` as its first stdout
+//! line, so a harness can start it on port 0 and read the port.
+
+use std::time::Duration;
+
+use clap::Parser;
+use fake_provider::{spawn, FakeConfig};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "fake-provider",
+    about = "A fake email provider with the real provider's contract"
+)]
+struct Args {
+    /// Address to listen on (loopback; port 0 picks a free port).
+    #[arg(long, env = "FAKE_LISTEN", default_value = "127.0.0.1:0")]
+    listen: std::net::SocketAddr,
+    /// Accepted requests per second (GCRA); 0 = unlimited.
+    #[arg(long, env = "FAKE_RATE_PER_S", default_value_t = 0.0)]
+    rate: f64,
+    /// Burst allowed above the steady rate.
+    #[arg(long, env = "FAKE_BURST", default_value_t = 20)]
+    burst: u32,
+    /// Fault profile: `standard` (%25 → one 503, %997 → 422), `none`, or `outage` (all 503).
+    #[arg(long, env = "FAKE_FAULTS", default_value = "standard")]
+    faults: String,
+    /// Mean response latency in milliseconds.
+    #[arg(long, env = "FAKE_LATENCY_MS", default_value_t = 0)]
+    latency_ms: u64,
+    /// Latency jitter (±) in milliseconds.
+    #[arg(long, env = "FAKE_JITTER_MS", default_value_t = 0)]
+    jitter_ms: u64,
+    /// Requests per million that never answer.
+    #[arg(long, env = "FAKE_STALL_PPM", default_value_t = 0)]
+    stall_ppm: u32,
+    /// Require `Authorization: Bearer <key>`.
+    #[arg(long, env = "FAKE_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let a = Args::parse();
+    let (faults, outage) = match a.faults.as_str() {
+        "standard" => (true, false),
+        "none" => (false, false),
+        "outage" => (false, true),
+        other => anyhow::bail!("--faults {other:?}: expected standard, none or outage"),
+    };
+    let cfg = FakeConfig {
+        rate_per_s: (a.rate > 0.0).then_some(a.rate),
+        burst: a.burst.max(1),
+        faults,
+        always_unavailable: outage,
+        latency_mean_ms: a.latency_ms,
+        latency_jitter_ms: a.jitter_ms,
+        stall_per_million: a.stall_ppm,
+        api_key: a.api_key,
+        idempotency_window: Duration::from_secs(24 * 3600),
+    };
+    let (addr, _state, server) = spawn(cfg, a.listen).await?;
+    println!("listening on http://{addr}");
+    tokio::select! {
+        _ = server => {}
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async {
+            #[cfg(unix)]
+            {
+                let mut t = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM");
+                t.recv().await;
+            }
+        } => {}
+    }
+    Ok(())
+}

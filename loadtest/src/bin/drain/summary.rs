@@ -1,0 +1,176 @@
+//! The drain's results: what the provider and the database say, each `--event`'s dip and
+//! recovery, the steady rate, and the report — one JSON line on stdout, a summary on stderr.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use fake_provider::{Stats, TimelinePoint};
+use serde_json::json;
+use sqlx::PgPool;
+
+use super::fleet::Run;
+use super::{Args, CAMPAIGN};
+
+/// What the provider and the database say after the run.
+pub struct Results {
+    pub stats: Stats,
+    /// Requests per second per worker, on the provider's clock.
+    pub per_second: Vec<TimelinePoint>,
+    pub states: Vec<(String, i64)>,
+    pub events: Vec<serde_json::Value>,
+}
+
+impl Results {
+    pub async fn gather(a: &Args, run: &Run, base: &str, pool: &PgPool) -> anyhow::Result<Self> {
+        let http = reqwest::Client::new();
+        let stats: Stats = http
+            .get(format!("{base}/stats"))
+            .send()
+            .await?
+            .json()
+            .await?;
+        let per_second: Vec<TimelinePoint> = http
+            .get(format!("{base}/timeline"))
+            .send()
+            .await?
+            .json()
+            .await?;
+        let states: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT state, count(*) FROM campaign_targets WHERE campaign_id = $1 GROUP BY state ORDER BY 1",
+        )
+        .bind(CAMPAIGN)
+        .fetch_all(pool)
+        .await?;
+        let events = event_report(a, run, &per_second);
+        Ok(Self {
+            stats,
+            per_second,
+            states,
+            events,
+        })
+    }
+}
+
+/// For each event: the lowest 1-second rate in the 10 whole provider seconds after it, and how
+/// long the rate stayed below 95 % of the limit.
+fn event_report(a: &Args, run: &Run, per_second: &[TimelinePoint]) -> Vec<serde_json::Value> {
+    let mut accepted_per_s: Vec<u64> = Vec::new();
+    for p in per_second {
+        let i = p.second as usize;
+        if accepted_per_s.len() <= i {
+            accepted_per_s.resize(i + 1, 0);
+        }
+        accepted_per_s[i] += p.accepted;
+    }
+    run.happened
+        .iter()
+        .map(|(at, what, i)| {
+            let first = at.ceil() as usize;
+            let window: Vec<u64> = accepted_per_s.iter().skip(first).take(10).copied().collect();
+            let threshold = 0.95 * a.provider_rate;
+            let below = window.iter().rposition(|n| (*n as f64) < threshold);
+            json!({
+                "at_s": (at * 10.0).round() / 10.0,
+                "event": what,
+                "worker": i,
+                "min_per_s_next_10s": window.iter().min(),
+                // Seconds after the event until the last second below 95 % of the limit ended
+                // (0: it never dipped). Meaningless if the campaign ran out in the window.
+                "below_95pct_for_s": below.map(|b| ((first + b + 1) as f64 - at) * 10.0).map(|x| x.round() / 10.0).unwrap_or(0.0),
+                "per_s_next_10s": window,
+            })
+        })
+        .collect()
+}
+
+/// Delivered per second between 10 % and 90 % of the final deliveries (the whole run's average
+/// if the timeline is too short).
+fn steady_rate(run: &Run, delivered: u64) -> f64 {
+    let total = delivered as f64;
+    let crossing = |frac: f64| {
+        run.timeline
+            .iter()
+            .find(|(_, d)| *d as f64 >= frac * total)
+            .copied()
+    };
+    match (crossing(0.1), crossing(0.9)) {
+        (Some((t1, d1)), Some((t2, d2))) if t2 > t1 => (d2 - d1) as f64 / (t2 - t1),
+        _ => total / run.elapsed,
+    }
+}
+
+fn mib(kib: u64) -> f64 {
+    (kib as f64 / 1024.0 * 10.0).round() / 10.0
+}
+
+/// Prints the report; false if anybody was mailed twice.
+pub fn report(a: &Args, run: &Run, r: &Results, ceiling: f64, logdir: &Path) -> bool {
+    let s = &r.stats;
+    let steady = steady_rate(run, s.delivered);
+    let utilisation = (a.provider_rate > 0.0).then(|| steady / a.provider_rate);
+    let codes: Vec<i32> = run.codes.iter().map(|c| c.unwrap_or(-1)).collect();
+    let throttled_at: BTreeMap<u64, u64> =
+        r.per_second
+            .iter()
+            .filter(|p| p.throttled > 0)
+            .fold(BTreeMap::new(), |mut m, p| {
+                *m.entry(p.second).or_default() += p.throttled;
+                m
+            });
+    let json = json!({
+        "targets": a.targets,
+        "workers": a.workers,
+        "workers_started": run.codes.len(),
+        "events": r.events,
+        "provider": {"rate_per_s": a.provider_rate, "burst": a.burst, "latency_ms": a.latency_ms,
+                     "jitter_ms": a.jitter_ms, "faults": a.faults},
+        "worker_rate_per_s": super::fleet::worker_rate(a),
+        "elapsed_s": (run.elapsed * 10.0).round() / 10.0,
+        "delivered_per_s_steady": steady.round(),
+        "db_ceiling_rows_per_s": ceiling.round(),
+        "of_db_ceiling": ((steady / ceiling) * 1000.0).round() / 1000.0,
+        "utilisation": utilisation.map(|u| (u * 1000.0).round() / 1000.0),
+        "requests": s.requests,
+        "delivered": s.delivered,
+        "throttled_429": s.throttled_429,
+        "duplicates_suppressed": s.duplicates_suppressed,
+        "members_delivered_more_than_once": s.members_delivered_more_than_once,
+        "max_accepted_in_1s": s.max_accepted_in_1s,
+        // Provider seconds (since it started) in which it answered 429, with how many.
+        "throttled_at_s": throttled_at,
+        "final_states": r.states.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>(),
+        "peak_rss_mib": run.rss.iter().map(|k| mib(*k)).collect::<Vec<_>>(),
+        "exit_codes": codes,
+        "kill": a.kill_after_s.map(|t| json!({"after_s": t, "signal": a.kill_signal, "lease_s": a.lease_s,
+            "rows_sending_at_kill": run.killed_rows,
+            "all_settled_after_s": run.recovery_s.map(|r| (r * 10.0).round() / 10.0)})),
+        "worker_logs": logdir.display().to_string(),
+        "chart": a.chart.display().to_string(),
+    });
+    println!("{json}");
+    eprintln!(
+        "\n== drain: {} targets, {} workers, provider {}/s (burst {}), latency {}±{} ms, faults {}\n\
+         elapsed {:.1}s; steady {:.0} delivered/s = {:.1}% of the limit, {:.1}% of the database ceiling ({:.0} rows/s); max accepted in 1 s: {}\n\
+         requests {}, delivered {}, 429s {}, duplicates suppressed {}, members mailed twice {}\n\
+         final states {:?}; exit codes {:?}; peak RSS MiB {:?}\n\
+         per-worker reports: {}",
+        a.targets, a.workers, a.provider_rate, a.burst, a.latency_ms, a.jitter_ms, a.faults,
+        run.elapsed, steady, utilisation.unwrap_or(f64::NAN) * 100.0, steady / ceiling * 100.0,
+        ceiling, s.max_accepted_in_1s, s.requests, s.delivered, s.throttled_429,
+        s.duplicates_suppressed, s.members_delivered_more_than_once, r.states, codes,
+        run.rss.iter().map(|k| format!("{:.1}", *k as f64 / 1024.0)).collect::<Vec<_>>(),
+        run.reports
+            .iter()
+            .flatten()
+            .map(|r| format!("{}: sent {} retried {} failed {}", r["worker"], r["stats"]["sent"], r["stats"]["retried"], r["stats"]["failed"]))
+            .collect::<Vec<_>>()
+            .join("; "),
+    );
+    if let Some(k) = json.get("kill").filter(|k| !k.is_null()) {
+        eprintln!("kill experiment: {k}");
+    }
+    for e in &r.events {
+        eprintln!("event: {e}");
+    }
+    s.members_delivered_more_than_once == 0
+}

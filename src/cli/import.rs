@@ -1,0 +1,184 @@
+//! `campaign-sender import`, the terminal side: opens the input and the rejects file, draws
+//! progress (a bar on a terminal, a line every few seconds otherwise: a Job's log, a pipe),
+//! prints the result and maps it to an exit code. The work is [`crate::import`].
+//!
+//! Output never contains an address: errors name lines and reasons.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use sqlx::PgPool;
+use tracing::error;
+
+use crate::exit;
+use crate::import::{self, ImportError, ImportProgress, ImportReport, LineError};
+
+/// How often progress is written when stderr is not a terminal.
+const PLAIN_PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+pub(super) async fn import_cmd(
+    pool: &PgPool,
+    campaign_id: &str,
+    file: Option<PathBuf>,
+    skip_invalid: Option<PathBuf>,
+) -> u8 {
+    if campaign_id.trim().is_empty() {
+        eprintln!("--campaign must not be empty");
+        return exit::CONFIG;
+    }
+    let (input, total_bytes) = match open_input(file) {
+        Ok(i) => i,
+        Err(code) => return code,
+    };
+    let rejects = match open_rejects(skip_invalid.as_deref()) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    let progress = Arc::new(ImportProgress::default());
+    let shown = show_progress(progress.clone(), total_bytes);
+    let opts = pool.connect_options().as_ref().clone();
+    let result = import::import(&opts, campaign_id, input, rejects, progress).await;
+    shown.abort();
+    let _ = shown.await;
+    match result {
+        Ok(r) => {
+            print_imported(campaign_id, &r, skip_invalid.as_deref());
+            exit::DONE
+        }
+        Err(ImportError::Rejected { errors, report }) => {
+            print_rejected(errors, report);
+            exit::DATA_ERROR
+        }
+        Err(e @ (ImportError::Input(_) | ImportError::Rejects(_))) => {
+            eprintln!("{e}; nothing was imported");
+            exit::NO_INPUT
+        }
+        Err(e @ ImportError::Database(_)) => {
+            error!(error = %e, "import failed");
+            exit::DATABASE_UNAVAILABLE
+        }
+    }
+}
+
+type Input = (Box<dyn std::io::Read + Send>, Option<u64>);
+
+/// The file (buffered, with its size for the progress bar), or standard input for `-` or none.
+fn open_input(file: Option<PathBuf>) -> Result<Input, u8> {
+    match file {
+        Some(path) if path.as_os_str() != "-" => match std::fs::File::open(&path) {
+            Ok(f) => {
+                let len = f.metadata().ok().map(|m| m.len());
+                Ok((Box::new(std::io::BufReader::with_capacity(1 << 16, f)), len))
+            }
+            Err(e) => {
+                eprintln!("cannot open {}: {e}", path.display());
+                Err(exit::NO_INPUT)
+            }
+        },
+        _ => Ok((Box::new(std::io::stdin()), None)),
+    }
+}
+
+fn open_rejects(path: Option<&Path>) -> Result<Option<Box<dyn std::io::Write + Send>>, u8> {
+    let Some(path) = path else { return Ok(None) };
+    match std::fs::File::create(path) {
+        Ok(f) => Ok(Some(Box::new(std::io::BufWriter::new(f)))),
+        Err(e) => {
+            eprintln!("cannot create the rejects file {}: {e}", path.display());
+            Err(exit::NO_INPUT)
+        }
+    }
+}
+
+fn print_imported(campaign_id: &str, r: &ImportReport, rejects: Option<&Path>) {
+    let changed = if r.changed_email > 0 {
+        format!(
+            "; {} with a different address in the file, not applied",
+            r.changed_email
+        )
+    } else {
+        String::new()
+    };
+    let written = rejects
+        .map(|p| format!(" (written to {})", p.display()))
+        .unwrap_or_default();
+    println!(
+        "{campaign_id}: {} records read, {} imported as pending, {} already present (left as they were{changed}), {} invalid and {} repeated skipped{written} in {:.1} s",
+        r.records,
+        r.inserted,
+        r.already_present,
+        r.invalid,
+        r.duplicates,
+        r.elapsed_ms as f64 / 1000.0
+    );
+}
+
+/// The first lines' reasons, how many more, and what to do.
+fn print_rejected(errors: Vec<LineError>, report: ImportReport) {
+    for e in &errors {
+        eprintln!("{e}");
+    }
+    let shown = errors.len() as u64;
+    let all = report.invalid + report.duplicates;
+    if all > shown {
+        eprintln!("… and {} more", all - shown);
+    }
+    let summary = ImportError::Rejected {
+        errors: vec![],
+        report,
+    };
+    eprintln!("{summary}");
+}
+
+/// Draws import progress until aborted: a bar on a terminal, a line every few seconds
+/// otherwise (a Job's log, a pipe).
+fn show_progress(p: Arc<ImportProgress>, total_bytes: Option<u64>) -> tokio::task::JoinHandle<()> {
+    let started = Instant::now();
+    if std::io::stderr().is_terminal() {
+        let bar = match total_bytes {
+            Some(t) => ProgressBar::new(t).with_style(
+                ProgressStyle::with_template(
+                    "{spinner} {msg:<20} {wide_bar} {bytes}/{total_bytes} ({eta})",
+                )
+                .expect("template"),
+            ),
+            None => ProgressBar::new_spinner().with_style(
+                ProgressStyle::with_template("{spinner} {msg:<20} {bytes} read").expect("template"),
+            ),
+        };
+        tokio::spawn(async move {
+            let _clear = ClearOnDrop(bar.clone());
+            loop {
+                bar.set_position(p.bytes.load(std::sync::atomic::Ordering::Relaxed));
+                bar.set_message(format!(
+                    "{} ({} records)",
+                    p.phase().as_str(),
+                    p.records.load(std::sync::atomic::Ordering::Relaxed)
+                ));
+                bar.tick();
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    } else {
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(PLAIN_PROGRESS_EVERY).await;
+                eprintln!(
+                    "{}",
+                    import::progress_line(&p, total_bytes, started.elapsed())
+                );
+            }
+        })
+    }
+}
+
+struct ClearOnDrop(ProgressBar);
+
+impl Drop for ClearOnDrop {
+    fn drop(&mut self) {
+        self.0.finish_and_clear();
+    }
+}

@@ -1,0 +1,66 @@
+//! `campaign-sender status`, the terminal side: once, or `--watch` until the campaign is done
+//! (a redrawn bar on a terminal, a line per interval otherwise), as text or `--json`. What it
+//! shows is gathered by [`crate::status`].
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use crate::exit;
+use crate::status;
+use crate::store::connect;
+
+pub(super) async fn status_cmd(
+    pool: &PgPool,
+    campaign_id: &str,
+    watch: bool,
+    json: bool,
+    interval: Duration,
+    ratio: f64,
+    cancel: CancellationToken,
+) -> u8 {
+    let tty = std::io::stdout().is_terminal() && !json;
+    let bar = (watch && tty).then(|| {
+        ProgressBar::new(0).with_style(
+            ProgressStyle::with_template("{msg}\n{wide_bar} {pos}/{len} settled ({percent}%)")
+                .expect("template"),
+        )
+    });
+    loop {
+        let s = match status::gather(pool, campaign_id, ratio).await {
+            Ok(s) => s,
+            Err(e) => return connect::report(&e),
+        };
+        if !s.known {
+            eprintln!("{campaign_id}: no such campaign (no targets and no settings row); `import` loads one");
+            return 1;
+        }
+        let c = &s.progress.counts;
+        match &bar {
+            Some(bar) => {
+                bar.set_length(c.total as u64);
+                bar.set_position((c.sent + c.failed + c.opted_out) as u64);
+                bar.set_message(status::render(&s).trim_end().to_string());
+            }
+            None if json => println!("{}", serde_json::to_string(&s).expect("status serialises")),
+            None if watch => println!("{} {}", s.at.format("%H:%M:%S"), status::one_line(&s)),
+            None => print!("{}", status::render(&s)),
+        }
+        if !watch || s.done {
+            if let Some(bar) = &bar {
+                bar.finish();
+            }
+            return exit::DONE;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = cancel.cancelled() => {
+                if let Some(bar) = &bar { bar.abandon(); }
+                return exit::DONE;
+            }
+        }
+    }
+}

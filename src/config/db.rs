@@ -1,0 +1,54 @@
+//! `DbConfig`: how to reach PostgreSQL. Shared by every subcommand.
+
+use serde::{Deserialize, Serialize};
+
+use super::{positive, ConfigError, Secret};
+
+/// How to reach PostgreSQL. Shared by every subcommand.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct DbConfig {
+    /// `DATABASE_URL` (required): `postgres://user:pass@host:port/db?sslmode=verify-full`.
+    pub database_url: Secret,
+    /// `DB_MAX_CONNECTIONS` (default 4): pool size per process.
+    #[serde(default = "default_db_max_connections")]
+    pub db_max_connections: u32,
+    /// `DB_CONNECT_RETRY_S` (default 30): how long to keep retrying an unreachable database (or
+    /// one that refuses the login: a password mid-rotation) at start, and how long an outage
+    /// mid-run is ridden out before giving up with exit 75.
+    #[serde(default = "default_db_connect_retry_s")]
+    pub db_connect_retry_s: u64,
+}
+
+impl DbConfig {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_vars(std::env::vars())
+    }
+
+    pub fn from_vars(
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let cfg: Self = envy::from_iter(vars).map_err(ConfigError::from_envy)?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let url = self.database_url.expose();
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            return Err(ConfigError::new(
+                "DATABASE_URL",
+                "must start with postgres:// or postgresql://",
+            ));
+        }
+        positive("DB_MAX_CONNECTIONS", self.db_max_connections as u64)?;
+        Ok(())
+    }
+}
+
+fn default_db_max_connections() -> u32 {
+    4
+}
+
+fn default_db_connect_retry_s() -> u64 {
+    30
+}

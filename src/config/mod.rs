@@ -1,0 +1,116 @@
+//! Typed configuration, read once from the environment (envy) and validated at start.
+//!
+//! Every knob has a documented default and its unit in its name (`LEASE_S`, `READ_TIMEOUT_MS`).
+//! A bad value stops the process with exit code 78 and one line naming the variable, before
+//! anything touches the database. Secrets (`DATABASE_URL`, `MAIL_API_KEY`) live in [`Secret`],
+//! whose `Debug` and `Display` print `[redacted]`.
+//!
+//! - [`DbConfig`] (`db.rs`): how to reach PostgreSQL, for every subcommand;
+//! - [`RunConfig`] (`run.rs`): what `run` and `serve` need besides the database.
+
+mod db;
+mod run;
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+pub use db::DbConfig;
+pub use run::RunConfig;
+
+/// A value that must never reach a log line. `Debug`/`Display` print `[redacted]`.
+#[derive(Clone, Deserialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+    /// The secret itself, for the one place that needs it (a connection, a header).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+impl Serialize for Secret {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str("[redacted]")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+/// A configuration problem: which variable, and what is wrong with it. Exit code 78.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{var}: {problem}")]
+pub struct ConfigError {
+    pub var: String,
+    pub problem: String,
+}
+
+impl ConfigError {
+    pub(crate) fn new(var: &str, problem: impl Into<String>) -> Self {
+        Self {
+            var: var.to_string(),
+            problem: problem.into(),
+        }
+    }
+
+    pub(crate) fn from_envy(err: envy::Error) -> Self {
+        match err {
+            envy::Error::MissingValue(field) => {
+                Self::new(&field.to_ascii_uppercase(), "is required but not set")
+            }
+            envy::Error::Custom(msg) => {
+                // envy says "... while parsing value '…' provided by NAME"; keep NAME up front.
+                let var = msg
+                    .rsplit("provided by ")
+                    .next()
+                    .unwrap_or("environment")
+                    .to_string();
+                let problem = msg
+                    .split(" while parsing")
+                    .next()
+                    .unwrap_or(&msg)
+                    .to_string();
+                Self::new(&var, format!("cannot be parsed ({problem})"))
+            }
+        }
+    }
+}
+
+/// Every environment variable the binary reads: the fields of [`DbConfig`] and [`RunConfig`]
+/// (their names upper-cased, as envy reads them) and the logging ones of [`crate::telemetry`].
+/// The manifests' ConfigMap may only set these (tests/it/manifests.rs).
+pub fn known_variables() -> Vec<String> {
+    let db = DbConfig::from_vars([("DATABASE_URL".to_string(), "postgres://x".to_string())])
+        .expect("defaults are valid");
+    let run = RunConfig::with_defaults("c", "http://127.0.0.1/");
+    let mut vars: Vec<String> = [serde_json::to_value(db), serde_json::to_value(run)]
+        .into_iter()
+        .filter_map(|v| v.ok())
+        .filter_map(|v| v.as_object().cloned())
+        .flat_map(|o| o.keys().map(|k| k.to_ascii_uppercase()).collect::<Vec<_>>())
+        .collect();
+    vars.extend(["LOG_FORMAT".to_string(), "RUST_LOG".to_string()]);
+    vars.sort();
+    vars
+}
+
+pub(crate) fn positive(var: &str, value: u64) -> Result<(), ConfigError> {
+    if value == 0 {
+        return Err(ConfigError::new(var, "must be greater than 0"));
+    }
+    Ok(())
+}

@@ -1,0 +1,506 @@
+//! `RunConfig`: what `campaign-sender run` and `serve` need besides the database, with every
+//! default, the checks made at start, and the values in the units the code uses.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{positive, ConfigError, Secret};
+use crate::outcome::RetryPolicy;
+
+/// What `campaign-sender run` needs besides the database.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct RunConfig {
+    /// `CAMPAIGN_ID` (required): the campaign to send; also the provider template.
+    pub campaign_id: String,
+    /// `MAIL_URL` (required): the provider endpoint, `http://` or `https://`.
+    pub mail_url: String,
+    /// `MAIL_API_KEY` (optional): sent as `Authorization: Bearer …` when set.
+    #[serde(default)]
+    pub mail_api_key: Option<Secret>,
+    /// `BATCH_SIZE` (default 200): rows per claim.
+    #[serde(default = "defaults::batch_size")]
+    pub batch_size: u32,
+    /// `SEND_CONCURRENCY` (default 100): requests in flight per process. Little's law: a whole
+    /// 500/s limit at 200 ms provider latency needs 100 in flight.
+    #[serde(default = "defaults::send_concurrency")]
+    pub send_concurrency: u32,
+    /// `MAIL_RATE_PER_S` (default 500): requests per second **all pods together** may start
+    /// under one `RATE_LIMIT_KEY`, every attempt included. Each pod paces at its share of it
+    /// (see [`crate::rate`]); if pods disagree, the smallest value among live pods wins.
+    #[serde(default = "defaults::mail_rate_per_s")]
+    pub mail_rate_per_s: u32,
+    /// `RATE_LIMIT_KEY` (default: the host, and port if given, of `MAIL_URL`): pods sharing
+    /// this key share one limit. Give several campaigns on one provider account the same key.
+    #[serde(default)]
+    pub rate_limit_key: Option<String>,
+    /// `RATE_SYNC_MS` (default 250): how often a pod renews its share and sees the others'.
+    #[serde(default = "defaults::rate_sync_ms")]
+    pub rate_sync_ms: u64,
+    /// `RATE_SHARE_TTL_MS` (default 3000): a share not renewed for this long lapses; the pod
+    /// stops sending by itself, and the others take its capacity one second later.
+    #[serde(default = "defaults::rate_share_ttl_ms")]
+    pub rate_share_ttl_ms: u64,
+    /// `METRICS_ADDR` (default unset: no listener): serve Prometheus `/metrics` here, e.g.
+    /// `0.0.0.0:9090`.
+    #[serde(default)]
+    pub metrics_addr: Option<String>,
+    /// `LEASE_S` (default 30): how long a claim is ours without a heartbeat. A heartbeat every
+    /// `LEASE_S / 3` keeps the rows of a live worker leased; a killed worker's rows are taken
+    /// by others after this.
+    #[serde(default = "defaults::lease_s")]
+    pub lease_s: u64,
+    /// `FLUSH_MAX_ROWS` (default 100): results are written (fenced) once this many are waiting...
+    #[serde(default = "defaults::flush_max_rows")]
+    pub flush_max_rows: u32,
+    /// `FLUSH_INTERVAL_MS` (default 200): ...or this long after the oldest one came in. A crash
+    /// re-sends at most what was in flight plus this much unwritten work.
+    #[serde(default = "defaults::flush_interval_ms")]
+    pub flush_interval_ms: u64,
+    /// `DEADLINE_S` (default 3300): the run stops claiming after this and exits 1 if work is
+    /// left; 0 means no deadline.
+    #[serde(default = "defaults::deadline_s")]
+    pub deadline_s: u64,
+    /// `MAX_ATTEMPTS` (default 5): a retryable failure on this attempt becomes `failed`.
+    #[serde(default = "defaults::max_attempts")]
+    pub max_attempts: u32,
+    /// `BACKOFF_BASE_MS` (default 1000): first retry wait; doubles per attempt, with jitter.
+    #[serde(default = "defaults::backoff_base_ms")]
+    pub backoff_base_ms: u64,
+    /// `BACKOFF_MAX_MS` (default 60000): cap on the exponential retry wait.
+    #[serde(default = "defaults::backoff_max_ms")]
+    pub backoff_max_ms: u64,
+    /// `RETRY_AFTER_MAX_S` (default 600): a provider `Retry-After` is honoured up to this.
+    #[serde(default = "defaults::retry_after_max_s")]
+    pub retry_after_max_s: u64,
+    /// `CONNECT_TIMEOUT_MS` (default 2000): TCP + TLS connect to the provider.
+    #[serde(default = "defaults::connect_timeout_ms")]
+    pub connect_timeout_ms: u64,
+    /// `READ_TIMEOUT_MS` (default 5000): waiting for the provider's response.
+    #[serde(default = "defaults::read_timeout_ms")]
+    pub read_timeout_ms: u64,
+    /// `MAX_PERMANENT_FAILURE_RATIO` (default 0.01): above this share of the campaign in
+    /// `failed`, the run stops with exit code 2.
+    #[serde(default = "defaults::max_permanent_failure_ratio")]
+    pub max_permanent_failure_ratio: f64,
+    /// `OPTOUT_RECHECK_MS` (default 1000): a send starts only if a check made at most this long
+    /// ago found the member not opted out (and the row still ours).
+    #[serde(default = "defaults::optout_recheck_ms")]
+    pub optout_recheck_ms: u64,
+    /// `IDLE_POLL_MS` (default 1000): longest wait between claims when only retry-waiting or
+    /// leased rows remain.
+    #[serde(default = "defaults::idle_poll_ms")]
+    pub idle_poll_ms: u64,
+    /// `PAUSE_POLL_MS` (default 250, at most 1000): how often a running pod looks at the
+    /// campaign's kill switch (`campaign-sender pause`). A pause is obeyed within this plus one
+    /// query: no claim and no new send after that.
+    #[serde(default = "defaults::pause_poll_ms")]
+    pub pause_poll_ms: u64,
+    /// `WORKER_ID` (default `worker-{JOB_COMPLETION_INDEX}`, else `$HOSTNAME`, else `worker`):
+    /// names this process in logs and reports.
+    #[serde(default)]
+    pub worker_id: Option<String>,
+    /// `JOB_COMPLETION_INDEX` (set by an Indexed Job).
+    #[serde(default)]
+    pub job_completion_index: Option<u32>,
+    /// `HOSTNAME` (set by Kubernetes to the pod name).
+    #[serde(default)]
+    pub hostname: Option<String>,
+}
+
+mod defaults {
+    pub fn batch_size() -> u32 {
+        200
+    }
+    pub fn send_concurrency() -> u32 {
+        100
+    }
+    pub fn mail_rate_per_s() -> u32 {
+        500
+    }
+    pub fn lease_s() -> u64 {
+        30
+    }
+    pub fn rate_sync_ms() -> u64 {
+        250
+    }
+    pub fn rate_share_ttl_ms() -> u64 {
+        3000
+    }
+    pub fn flush_max_rows() -> u32 {
+        100
+    }
+    pub fn flush_interval_ms() -> u64 {
+        200
+    }
+    pub fn deadline_s() -> u64 {
+        3300
+    }
+    pub fn max_attempts() -> u32 {
+        5
+    }
+    pub fn backoff_base_ms() -> u64 {
+        1000
+    }
+    pub fn backoff_max_ms() -> u64 {
+        60_000
+    }
+    pub fn retry_after_max_s() -> u64 {
+        600
+    }
+    pub fn connect_timeout_ms() -> u64 {
+        2000
+    }
+    pub fn read_timeout_ms() -> u64 {
+        5000
+    }
+    pub fn max_permanent_failure_ratio() -> f64 {
+        0.01
+    }
+    pub fn optout_recheck_ms() -> u64 {
+        1000
+    }
+    pub fn idle_poll_ms() -> u64 {
+        1000
+    }
+    pub fn pause_poll_ms() -> u64 {
+        250
+    }
+}
+
+impl RunConfig {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_vars(std::env::vars())
+    }
+
+    pub fn from_vars(
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let cfg: Self = envy::from_iter(vars).map_err(ConfigError::from_envy)?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// A config with every default, for tests and tools that build one in code.
+    pub fn with_defaults(campaign_id: &str, mail_url: &str) -> Self {
+        let vars = [
+            ("CAMPAIGN_ID".to_string(), campaign_id.to_string()),
+            ("MAIL_URL".to_string(), mail_url.to_string()),
+        ];
+        Self::from_vars(vars).expect("defaults are valid")
+    }
+
+    /// Every check made at start; the first problem found names its variable.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_campaign_and_provider()?;
+        self.validate_sizes()?;
+        self.validate_rate()?;
+        self.validate_timing()
+    }
+
+    fn validate_campaign_and_provider(&self) -> Result<(), ConfigError> {
+        if self.campaign_id.trim().is_empty() {
+            return Err(ConfigError::new("CAMPAIGN_ID", "must not be empty"));
+        }
+        match reqwest::Url::parse(&self.mail_url) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
+            Ok(u) => {
+                return Err(ConfigError::new(
+                    "MAIL_URL",
+                    format!(
+                        "scheme {:?} is not http or https, or the host is missing",
+                        u.scheme()
+                    ),
+                ))
+            }
+            Err(e) => return Err(ConfigError::new("MAIL_URL", format!("is not a URL ({e})"))),
+        }
+        if self
+            .mail_api_key
+            .as_ref()
+            .is_some_and(|k| k.expose().trim().is_empty())
+        {
+            return Err(ConfigError::new(
+                "MAIL_API_KEY",
+                "is set but empty; unset it or give the key",
+            ));
+        }
+        positive("CONNECT_TIMEOUT_MS", self.connect_timeout_ms)?;
+        positive("READ_TIMEOUT_MS", self.read_timeout_ms)
+    }
+
+    fn validate_sizes(&self) -> Result<(), ConfigError> {
+        positive("BATCH_SIZE", self.batch_size as u64)?;
+        if self.batch_size > 10_000 {
+            return Err(ConfigError::new("BATCH_SIZE", "must be at most 10000"));
+        }
+        positive("SEND_CONCURRENCY", self.send_concurrency as u64)?;
+        positive("FLUSH_MAX_ROWS", self.flush_max_rows as u64)?;
+        positive("FLUSH_INTERVAL_MS", self.flush_interval_ms)?;
+        if let Some(a) = &self.metrics_addr {
+            a.parse::<std::net::SocketAddr>().map_err(|e| {
+                ConfigError::new(
+                    "METRICS_ADDR",
+                    format!("must be host:port, e.g. 0.0.0.0:9090 ({e})"),
+                )
+            })?;
+        }
+        Ok(())
+    }
+
+    fn validate_rate(&self) -> Result<(), ConfigError> {
+        positive("MAIL_RATE_PER_S", self.mail_rate_per_s as u64)?;
+        if self.rate_sync_ms < 10 {
+            return Err(ConfigError::new("RATE_SYNC_MS", "must be at least 10"));
+        }
+        if self.rate_share_ttl_ms < 3 * self.rate_sync_ms {
+            return Err(ConfigError::new(
+                "RATE_SHARE_TTL_MS",
+                "must be at least 3 × RATE_SYNC_MS, so one slow round does not stop sending",
+            ));
+        }
+        if self
+            .rate_limit_key
+            .as_ref()
+            .is_some_and(|k| k.trim().is_empty())
+        {
+            return Err(ConfigError::new(
+                "RATE_LIMIT_KEY",
+                "is set but empty; unset it to use the MAIL_URL host",
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate_timing(&self) -> Result<(), ConfigError> {
+        positive("LEASE_S", self.lease_s)?;
+        positive("MAX_ATTEMPTS", self.max_attempts as u64)?;
+        positive("BACKOFF_BASE_MS", self.backoff_base_ms)?;
+        positive("OPTOUT_RECHECK_MS", self.optout_recheck_ms)?;
+        positive("IDLE_POLL_MS", self.idle_poll_ms)?;
+        positive("PAUSE_POLL_MS", self.pause_poll_ms)?;
+        if self.pause_poll_ms > 1000 {
+            return Err(ConfigError::new(
+                "PAUSE_POLL_MS",
+                "must be at most 1000: a pause must be obeyed within a second",
+            ));
+        }
+        if self.backoff_max_ms < self.backoff_base_ms {
+            return Err(ConfigError::new(
+                "BACKOFF_MAX_MS",
+                "must be at least BACKOFF_BASE_MS",
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.max_permanent_failure_ratio) {
+            return Err(ConfigError::new(
+                "MAX_PERMANENT_FAILURE_RATIO",
+                "must be between 0 and 1",
+            ));
+        }
+        // A request that started under a fresh ownership check must end well inside the lease,
+        // even if the heartbeats around it fail; and a heartbeat must fit three times in it.
+        let request_ms = self.connect_timeout_ms + self.read_timeout_ms;
+        if self.lease_s < 3 || self.lease_s * 1000 < request_ms + 2000 {
+            return Err(ConfigError::new(
+                "LEASE_S",
+                format!("must be at least 3 and at least CONNECT_TIMEOUT_MS + READ_TIMEOUT_MS + 2 s = {} s", (request_ms + 2000).div_ceil(1000)),
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn worker_name(&self) -> String {
+        if let Some(id) = &self.worker_id {
+            return id.clone();
+        }
+        if let Some(i) = self.job_completion_index {
+            return format!("worker-{i}");
+        }
+        self.hostname
+            .clone()
+            .unwrap_or_else(|| "worker".to_string())
+    }
+
+    /// The key pods share one limit under: `RATE_LIMIT_KEY`, else `host[:port]` of `MAIL_URL`.
+    pub fn limit_key(&self) -> String {
+        if let Some(k) = &self.rate_limit_key {
+            return k.clone();
+        }
+        let u = reqwest::Url::parse(&self.mail_url).expect("MAIL_URL validated");
+        let host = u.host_str().unwrap_or_default();
+        match u.port() {
+            Some(p) => format!("{host}:{p}"),
+            None => host.to_string(),
+        }
+    }
+
+    /// `METRICS_ADDR`, parsed (validated at start).
+    pub fn metrics_socket(&self) -> Option<std::net::SocketAddr> {
+        self.metrics_addr.as_ref().and_then(|a| a.parse().ok())
+    }
+
+    pub fn rate_sync(&self) -> Duration {
+        Duration::from_millis(self.rate_sync_ms)
+    }
+    pub fn rate_share_ttl(&self) -> Duration {
+        Duration::from_millis(self.rate_share_ttl_ms)
+    }
+
+    pub fn lease(&self) -> Duration {
+        Duration::from_secs(self.lease_s)
+    }
+    pub fn heartbeat(&self) -> Duration {
+        self.lease() / 3
+    }
+    pub fn flush_interval(&self) -> Duration {
+        Duration::from_millis(self.flush_interval_ms)
+    }
+    pub fn deadline(&self) -> Option<Duration> {
+        (self.deadline_s > 0).then(|| Duration::from_secs(self.deadline_s))
+    }
+    pub fn optout_recheck(&self) -> Duration {
+        Duration::from_millis(self.optout_recheck_ms)
+    }
+    pub fn idle_poll(&self) -> Duration {
+        Duration::from_millis(self.idle_poll_ms)
+    }
+
+    pub fn pause_poll(&self) -> Duration {
+        Duration::from_millis(self.pause_poll_ms)
+    }
+
+    /// The provider retry timing: `MAX_ATTEMPTS`, `BACKOFF_BASE_MS`, `BACKOFF_MAX_MS`,
+    /// `RETRY_AFTER_MAX_S`.
+    pub fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy {
+            max_attempts: self.max_attempts,
+            base: Duration::from_millis(self.backoff_base_ms),
+            cap: Duration::from_millis(self.backoff_max_ms),
+            retry_after_cap: Duration::from_secs(self.retry_after_max_s),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::DbConfig;
+
+    fn vars(extra: &[(&str, &str)]) -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> = [
+            ("CAMPAIGN_ID", "c1"),
+            ("MAIL_URL", "http://127.0.0.1:1/send"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        for (k, val) in extra {
+            v.retain(|(kk, _)| kk != k);
+            v.push((k.to_string(), val.to_string()));
+        }
+        v
+    }
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let c = RunConfig::from_vars(vars(&[])).unwrap();
+        assert_eq!(
+            (c.batch_size, c.lease_s, c.max_attempts, c.deadline_s),
+            (200, 30, 5, 3300)
+        );
+        assert_eq!((c.connect_timeout_ms, c.read_timeout_ms), (2000, 5000));
+    }
+
+    #[test]
+    fn each_bad_value_names_its_variable() {
+        let cases: &[(&str, &str)] = &[
+            ("BATCH_SIZE", "abc"),
+            ("BATCH_SIZE", "0"),
+            ("BATCH_SIZE", "-3"),
+            ("LEASE_S", "5"),
+            ("LEASE_S", "2"),
+            ("FLUSH_MAX_ROWS", "0"),
+            ("MAIL_URL", "ftp://x/y"),
+            ("MAIL_URL", "not a url"),
+            ("MAX_ATTEMPTS", "0"),
+            ("MAX_PERMANENT_FAILURE_RATIO", "2"),
+            ("CAMPAIGN_ID", " "),
+            ("READ_TIMEOUT_MS", "x"),
+            ("RATE_SYNC_MS", "5"),
+            ("RATE_SHARE_TTL_MS", "500"),
+            ("RATE_LIMIT_KEY", ""),
+            ("METRICS_ADDR", "nowhere"),
+        ];
+        for (var, value) in cases {
+            let err = RunConfig::from_vars(vars(&[(var, value)])).unwrap_err();
+            assert_eq!(&err.var, var, "{var}={value} gave {err}");
+        }
+        let missing: Vec<_> = vars(&[])
+            .into_iter()
+            .filter(|(k, _)| k != "MAIL_URL")
+            .collect();
+        assert_eq!(RunConfig::from_vars(missing).unwrap_err().var, "MAIL_URL");
+    }
+
+    /// Hostile input: every numeric variable (found from the config itself, so a new one is
+    /// covered without editing this test), given each malformed value in turn, is refused and
+    /// named — never silently defaulted.
+    #[test]
+    fn every_numeric_variable_malformed_in_turn_is_refused_naming_it() {
+        let run = serde_json::to_value(RunConfig::with_defaults("c", "http://127.0.0.1/")).unwrap();
+        let numeric: Vec<String> = run
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(_, v)| v.is_number())
+            .map(|(k, _)| k.to_ascii_uppercase())
+            .collect();
+        assert!(numeric.len() >= 18, "{numeric:?}");
+        for var in &numeric {
+            for value in ["abc", "-1", "", "1e400", "18446744073709551616", " 5"] {
+                let err = RunConfig::from_vars(vars(&[(var, value)]))
+                    .expect_err(&format!("{var}={value:?} was accepted"));
+                assert_eq!(&err.var, var, "{var}={value:?} gave {err}");
+            }
+        }
+        for (var, value) in [
+            ("DB_MAX_CONNECTIONS", "abc"),
+            ("DB_MAX_CONNECTIONS", "0"),
+            ("DB_CONNECT_RETRY_S", "-1"),
+        ] {
+            let err = DbConfig::from_vars([
+                ("DATABASE_URL".to_string(), "postgres://h/db".to_string()),
+                (var.to_string(), value.to_string()),
+            ])
+            .unwrap_err();
+            assert_eq!(err.var, var, "{var}={value:?} gave {err}");
+        }
+        let err = DbConfig::from_vars([("DATABASE_URL".to_string(), "mysql://h/db".to_string())])
+            .unwrap_err();
+        assert_eq!(err.var, "DATABASE_URL");
+        assert!(
+            !err.to_string().contains("mysql://h/db"),
+            "a secret printed: {err}"
+        );
+    }
+
+    #[test]
+    fn the_limit_key_defaults_to_the_provider_host() {
+        let c = RunConfig::from_vars(vars(&[("MAIL_URL", "https://api.mail.example/v1/send")]))
+            .unwrap();
+        assert_eq!(c.limit_key(), "api.mail.example");
+        let c = RunConfig::from_vars(vars(&[])).unwrap();
+        assert_eq!(c.limit_key(), "127.0.0.1:1");
+        let c = RunConfig::from_vars(vars(&[("RATE_LIMIT_KEY", "account-7")])).unwrap();
+        assert_eq!(c.limit_key(), "account-7");
+    }
+
+    #[test]
+    fn secrets_never_print() {
+        let c = RunConfig::from_vars(vars(&[("MAIL_API_KEY", "sk_live_abc")])).unwrap();
+        assert!(!format!("{c:?}").contains("sk_live_abc"));
+        let d = DbConfig::from_vars([("DATABASE_URL".into(), "postgres://u:hunter2@h/db".into())])
+            .unwrap();
+        assert!(!format!("{d:?}").contains("hunter2"));
+    }
+}

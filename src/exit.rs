@@ -1,0 +1,120 @@
+//! Exit codes: the contract with Kubernetes Job semantics, and the one rule that maps how a run
+//! stopped to its code ([`code`]).
+//!
+//! A Job's `podFailurePolicy` (manifests/overlays/indexed-job) fails the Job on 2, 3 and 78 (a
+//! person must act) and retries the pod on 1 and 75, which simply continues where this one
+//! stopped. `tests/it/manifests.rs` checks that every code here is handled there.
+
+use serde::Serialize;
+
+use crate::report::StopReason;
+use crate::store::CampaignCounts;
+
+/// Campaign done; permanent failures within `MAX_PERMANENT_FAILURE_RATIO`. Also `serve` told to
+/// stop (a pod being scaled in is not a failure).
+pub const DONE: u8 = 0;
+/// Stopped before done (deadline or SIGTERM). A rerun continues where this one stopped.
+pub const INCOMPLETE: u8 = 1;
+/// Permanent failures above `MAX_PERMANENT_FAILURE_RATIO` of the campaign: a person must look.
+pub const TOO_MANY_FAILURES: u8 = 2;
+/// The campaign is paused (`campaign-sender pause`): nothing was sent, or the run stopped when
+/// the pause was seen. `campaign-sender resume` and a rerun continue. A Job fails on it
+/// (podFailurePolicy) instead of retrying a pod that would stop again at once.
+pub const PAUSED: u8 = 3;
+/// `import`: the input has invalid or repeated lines, and nothing was imported.
+pub const DATA_ERROR: u8 = 65;
+/// `import`: the input file cannot be opened.
+pub const NO_INPUT: u8 = 66;
+/// The database stayed unreachable (at start or mid-run) longer than `DB_CONNECT_RETRY_S`.
+pub const DATABASE_UNAVAILABLE: u8 = 75;
+/// Bad configuration; one line on stderr names the variable.
+pub const CONFIG: u8 = 78;
+
+/// How the worker was started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// `run`: a Job's pod, which ends.
+    Run,
+    /// `serve`: a Deployment's pod, which runs until it is told to stop.
+    Serve,
+}
+
+/// The exit code of a run that stopped for `reason` with the campaign at `campaign`.
+///
+/// "A person must look" wins over everything: this pod found failures over the budget (2). A
+/// `serve` pod otherwise exits 0 — it stops only when told to, and a Deployment restarts it
+/// anyway. A `run` then says whether the campaign is done: failures over the budget (2, also
+/// when another pod crossed it), done (0), paused (3), or stopped before done (1).
+pub fn code(reason: StopReason, mode: Mode, campaign: &CampaignCounts, failure_budget: i64) -> u8 {
+    if reason == StopReason::TooManyFailures {
+        return TOO_MANY_FAILURES;
+    }
+    match mode {
+        Mode::Serve => DONE,
+        Mode::Run if campaign.failed > failure_budget => TOO_MANY_FAILURES,
+        Mode::Run => match reason {
+            StopReason::Done => DONE,
+            StopReason::Paused => PAUSED,
+            StopReason::Deadline | StopReason::Signal | StopReason::TooManyFailures => INCOMPLETE,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(failed: i64) -> CampaignCounts {
+        CampaignCounts {
+            total: 1000,
+            sent: 1000 - failed,
+            failed,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_run_over_its_failure_budget_exits_2_whatever_stopped_it() {
+        let over = counts(11);
+        for reason in [
+            StopReason::Done,
+            StopReason::Deadline,
+            StopReason::Signal,
+            StopReason::Paused,
+            StopReason::TooManyFailures,
+        ] {
+            assert_eq!(
+                code(reason, Mode::Run, &over, 10),
+                TOO_MANY_FAILURES,
+                "{reason:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_run_within_its_budget_says_done_paused_or_incomplete() {
+        let ok = counts(10);
+        assert_eq!(code(StopReason::Done, Mode::Run, &ok, 10), DONE);
+        assert_eq!(code(StopReason::Paused, Mode::Run, &ok, 10), PAUSED);
+        assert_eq!(code(StopReason::Deadline, Mode::Run, &ok, 10), INCOMPLETE);
+        assert_eq!(code(StopReason::Signal, Mode::Run, &ok, 10), INCOMPLETE);
+        assert_eq!(
+            code(StopReason::TooManyFailures, Mode::Run, &ok, 10),
+            TOO_MANY_FAILURES
+        );
+    }
+
+    #[test]
+    fn a_serve_pod_exits_0_unless_it_crossed_the_budget_itself() {
+        for failed in [0, 11] {
+            for reason in [StopReason::Signal, StopReason::Done, StopReason::Paused] {
+                assert_eq!(code(reason, Mode::Serve, &counts(failed), 10), DONE);
+            }
+        }
+        assert_eq!(
+            code(StopReason::TooManyFailures, Mode::Serve, &counts(11), 10),
+            TOO_MANY_FAILURES
+        );
+    }
+}

@@ -1,0 +1,341 @@
+//! Reading an import's input: CSV records → validated `member_id`, `email` → COPY text in 1-MiB
+//! chunks for the database side, bad lines to the rejects file. Runs on a blocking thread;
+//! memory stays flat in file size (duplicates are found by the database, not here).
+//!
+//! Input: `member_id,email` per line, header optional. With a header the columns are found by
+//! name (`member_id`, `email`; others are ignored), so a rejects file can be fixed and fed back
+//! as it is. Fields are trimmed; blank lines are skipped. Reasons never quote an address
+//! (personal data): they name the line and what is wrong.
+
+use std::io::{Read, Write};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use super::{ImportError, ImportProgress, ImportReport, LineError, ERRORS_SHOWN};
+use crate::outcome::plausible_email;
+
+const CHUNK_BYTES: usize = 1 << 20;
+
+/// The rejects file: `member_id,email,line,reason`.
+pub(super) type Rejects = csv::Writer<Box<dyn Write + Send>>;
+
+/// Where the two columns are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Columns {
+    pub member_id: usize,
+    pub email: usize,
+    /// Fields every record must have.
+    pub width: usize,
+}
+
+impl Columns {
+    pub const POSITIONAL: Columns = Columns {
+        member_id: 0,
+        email: 1,
+        width: 2,
+    };
+
+    /// `Some` if this first record is a header (it names `member_id`), with the columns it
+    /// names; `Err` if it is a header without an `email` column.
+    pub fn from_header(fields: &[&str]) -> Option<Result<Columns, String>> {
+        let find = |name: &str| fields.iter().position(|f| f.eq_ignore_ascii_case(name));
+        let member_id = find("member_id")?;
+        Some(match find("email") {
+            Some(email) => Ok(Columns {
+                member_id,
+                email,
+                width: fields.len(),
+            }),
+            None => Err("the header names member_id but no email column".to_string()),
+        })
+    }
+}
+
+/// Validates one record: the member id and the address, or why not. Pure.
+pub fn check_record(fields: &[&str], cols: Columns) -> Result<(i64, String), String> {
+    if fields.len() != cols.width {
+        return Err(format!(
+            "expected {} fields, found {}",
+            cols.width,
+            fields.len()
+        ));
+    }
+    let member = fields[cols.member_id];
+    let email = fields[cols.email];
+    if member.is_empty() {
+        return Err("member_id is empty".into());
+    }
+    // The value is not quoted: with the columns swapped it would be an address.
+    let id: i64 = member
+        .parse()
+        .map_err(|_| "member_id is not an integer (are the columns swapped?)".to_string())?;
+    if email.is_empty() {
+        return Err("email is empty".into());
+    }
+    if !plausible_email(Some(email)) {
+        return Err("email is not a plausible address".into());
+    }
+    Ok((id, email.to_string()))
+}
+
+/// Appends `value` in COPY text format (backslash escapes).
+fn push_copy_text(out: &mut Vec<u8>, value: &str) {
+    for b in value.bytes() {
+        match b {
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            _ => out.push(b),
+        }
+    }
+}
+
+/// Counts the bytes read, for the progress bar.
+struct Counting<R> {
+    inner: R,
+    progress: Arc<ImportProgress>,
+}
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.progress.bytes.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+/// What the reader thread found.
+pub(super) struct ReadOutcome {
+    pub(super) records: u64,
+    pub(super) invalid: u64,
+    pub(super) errors: Vec<LineError>,
+    pub(super) rejects: Option<Rejects>,
+}
+
+impl ReadOutcome {
+    /// Counts a bad line, shows it (the first [`ERRORS_SHOWN`]) and writes it to the rejects.
+    fn reject(
+        &mut self,
+        line: u64,
+        reason: String,
+        fields: &[&str],
+        cols: Columns,
+    ) -> Result<(), ImportError> {
+        self.invalid += 1;
+        if let Some(w) = &mut self.rejects {
+            let get = |i: usize| fields.get(i).copied().unwrap_or("");
+            w.write_record([
+                get(cols.member_id),
+                get(cols.email),
+                &line.to_string(),
+                &reason,
+            ])
+            .map_err(|e| ImportError::Rejects(e.into()))?;
+        }
+        if self.errors.len() < ERRORS_SHOWN {
+            self.errors.push(LineError { line, reason });
+        }
+        Ok(())
+    }
+}
+
+/// Valid records as COPY text (`line \t member_id \t email`), sent on in 1-MiB chunks.
+struct Chunks {
+    chunk: Vec<u8>,
+    tx: mpsc::Sender<Vec<u8>>,
+}
+
+impl Chunks {
+    /// False once the database side has gone away (its error is reported).
+    fn push(&mut self, line: u64, id: i64, email: &str) -> bool {
+        let c = &mut self.chunk;
+        c.extend_from_slice(line.to_string().as_bytes());
+        c.push(b'\t');
+        c.extend_from_slice(id.to_string().as_bytes());
+        c.push(b'\t');
+        push_copy_text(c, email);
+        c.push(b'\n');
+        if c.len() < CHUNK_BYTES {
+            return true;
+        }
+        let full = std::mem::replace(c, Vec::with_capacity(CHUNK_BYTES + 1024));
+        self.tx.blocking_send(full).is_ok()
+    }
+
+    fn finish(self) {
+        if !self.chunk.is_empty() {
+            let _ = self.tx.blocking_send(self.chunk);
+        }
+    }
+}
+
+/// One record read: its line and fields, or a line to skip or reject.
+enum Next {
+    Record(u64),
+    End,
+    /// Not UTF-8: rejected, reading goes on.
+    NotUtf8(u64),
+}
+
+/// Parses and validates the input, sending the valid records as COPY data in chunks (also
+/// after a bad line, so that repeats can still be reported before nothing is imported).
+pub(super) fn read_input(
+    input: Box<dyn Read + Send>,
+    rejects: Option<Rejects>,
+    tx: mpsc::Sender<Vec<u8>>,
+    progress: Arc<ImportProgress>,
+) -> Result<ReadOutcome, ImportError> {
+    let mut rdr = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .trim(csv::Trim::All)
+        .from_reader(Counting {
+            inner: input,
+            progress: progress.clone(),
+        });
+    let mut out = ReadOutcome {
+        records: 0,
+        invalid: 0,
+        errors: Vec::new(),
+        rejects,
+    };
+    let mut cols: Option<Columns> = None;
+    let mut chunks = Chunks {
+        chunk: Vec::with_capacity(CHUNK_BYTES + 1024),
+        tx,
+    };
+    let mut record = csv::StringRecord::new();
+    loop {
+        let line = match next_record(&mut rdr, &mut record)? {
+            Next::End => break,
+            Next::NotUtf8(line) => {
+                out.reject(line, "not valid UTF-8".into(), &[], Columns::POSITIONAL)?;
+                continue;
+            }
+            Next::Record(line) => line,
+        };
+        let fields: Vec<&str> = record.iter().collect();
+        if fields.iter().all(|f| f.is_empty()) {
+            continue; // a blank line
+        }
+        let c = match cols {
+            Some(c) => c,
+            None => match first_record(&fields, line)? {
+                Some(header) => {
+                    cols = Some(header);
+                    continue;
+                }
+                None => *cols.insert(Columns::POSITIONAL),
+            },
+        };
+        out.records += 1;
+        progress.records.fetch_add(1, Ordering::Relaxed);
+        match check_record(&fields, c) {
+            Ok((id, email)) => {
+                if !chunks.push(line, id, &email) {
+                    break;
+                }
+            }
+            Err(reason) => out.reject(line, reason, &fields, c)?,
+        }
+    }
+    chunks.finish();
+    Ok(out)
+}
+
+/// Reads the next record into `record`: its line, the end, or a line that is not UTF-8. Any
+/// other read error ends the import.
+fn next_record<R: Read>(
+    rdr: &mut csv::Reader<R>,
+    record: &mut csv::StringRecord,
+) -> Result<Next, ImportError> {
+    let line = rdr.position().line();
+    match rdr.read_record(record) {
+        Ok(false) => Ok(Next::End),
+        Ok(true) => Ok(Next::Record(record.position().map_or(line, |p| p.line()))),
+        Err(e) => match e.kind() {
+            csv::ErrorKind::Utf8 { pos, .. } => {
+                Ok(Next::NotUtf8(pos.as_ref().map_or(line, |p| p.line())))
+            }
+            csv::ErrorKind::Io(_) => match e.into_kind() {
+                csv::ErrorKind::Io(io) => Err(ImportError::Input(io)),
+                _ => unreachable!("matched Io above"),
+            },
+            _ => Err(ImportError::Input(std::io::Error::other(e.to_string()))),
+        },
+    }
+}
+
+/// The first non-blank record: a header (its columns), or data (`None`: positional columns).
+/// A header without an `email` column rejects the whole file.
+fn first_record(fields: &[&str], line: u64) -> Result<Option<Columns>, ImportError> {
+    match Columns::from_header(fields) {
+        Some(Ok(c)) => Ok(Some(c)),
+        Some(Err(reason)) => Err(ImportError::Rejected {
+            errors: vec![LineError { line, reason }],
+            report: ImportReport {
+                invalid: 1,
+                ..Default::default()
+            },
+        }),
+        None => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_valid_record_gives_its_id_and_address() {
+        assert_eq!(
+            check_record(&["42", "a@example.com"], Columns::POSITIONAL),
+            Ok((42, "a@example.com".to_string()))
+        );
+    }
+
+    #[test]
+    fn reasons_name_the_problem_and_never_quote_the_address() {
+        let cases: &[(&[&str], &str)] = &[
+            (&["x@example.com", "7"], "member_id is not an integer"),
+            (&["", "a@example.com"], "member_id is empty"),
+            (&["1.5", "a@example.com"], "member_id is not an integer"),
+            (&["7", ""], "email is empty"),
+            (&["7", "not-an-address"], "not a plausible address"),
+            (&["7", "a@b.com", "extra"], "expected 2 fields, found 3"),
+            (&["7"], "expected 2 fields, found 1"),
+        ];
+        for (fields, want) in cases {
+            let err = check_record(fields, Columns::POSITIONAL).unwrap_err();
+            assert!(err.contains(want), "{fields:?}: {err}");
+            assert!(!err.contains('@'), "a reason quoted an address: {err}");
+        }
+    }
+
+    #[test]
+    fn a_header_is_recognised_by_name_and_columns_may_be_reordered() {
+        assert_eq!(
+            Columns::from_header(&["email", "Member_ID", "reason"]),
+            Some(Ok(Columns {
+                member_id: 1,
+                email: 0,
+                width: 3
+            }))
+        );
+        assert_eq!(Columns::from_header(&["1", "a@example.com"]), None);
+        assert!(matches!(
+            Columns::from_header(&["member_id", "mail"]),
+            Some(Err(_))
+        ));
+    }
+
+    #[test]
+    fn copy_text_escapes_backslashes_and_separators() {
+        let mut out = Vec::new();
+        push_copy_text(&mut out, "a\\b\tc\nd");
+        assert_eq!(out, b"a\\\\b\\tc\\nd");
+    }
+}

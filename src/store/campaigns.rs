@@ -1,0 +1,204 @@
+//! Every statement on `campaigns`: the optional settings row and the fleet-wide kill switch.
+//!
+//! A campaign needs no settings row: without one it sends with the defaults (the campaign id as
+//! template, `MAX_PERMANENT_FAILURE_RATIO` from the environment, not paused). The row carries:
+//! - `template`: the provider template (else the campaign id);
+//! - `max_permanent_failure_ratio`: this campaign's failure threshold (else the environment's);
+//! - the pause: `paused_at`, `paused_by` (`operator` or `auto`) and `pause_reason`.
+//!
+//! The pause is a kill switch stored in PostgreSQL, so every pod of every Job, CronJob and
+//! Deployment obeys the same switch. A running pipeline polls it every `PAUSE_POLL_MS` (≤ 1 s):
+//! on seeing it, the pod stops claiming and starting sends, lets the requests in flight finish,
+//! writes their results and releases everything else. `run` on a paused campaign exits at once
+//! with [`crate::exit::PAUSED`]; `serve` idles until it is resumed.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::{FromRow, PgPool};
+
+/// Who set a pause.
+pub const BY_OPERATOR: &str = "operator";
+/// The run paused the campaign itself: permanent failures crossed the threshold.
+pub const BY_AUTO: &str = "auto";
+
+/// A campaign's pause, as `status` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Pause {
+    pub at: DateTime<Utc>,
+    pub by: String,
+    pub reason: Option<String>,
+}
+
+/// The settings a run uses: the stored row merged over the defaults.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CampaignSettings {
+    pub template: String,
+    /// `None`: use `MAX_PERMANENT_FAILURE_RATIO`.
+    pub max_permanent_failure_ratio: Option<f64>,
+    pub pause: Option<Pause>,
+    /// Whether a settings row exists at all.
+    pub stored: bool,
+}
+
+/// The `campaigns` row as stored.
+#[derive(FromRow)]
+struct SettingsRow {
+    template: Option<String>,
+    max_permanent_failure_ratio: Option<f64>,
+    #[sqlx(flatten)]
+    pause: PauseRow,
+}
+
+/// The pause columns as stored.
+#[derive(FromRow)]
+struct PauseRow {
+    paused_at: Option<DateTime<Utc>>,
+    paused_by: Option<String>,
+    pause_reason: Option<String>,
+}
+
+impl PauseRow {
+    fn pause(self) -> Option<Pause> {
+        self.paused_at.map(|at| Pause {
+            at,
+            by: self.paused_by.unwrap_or_else(|| BY_OPERATOR.to_string()),
+            reason: self.pause_reason,
+        })
+    }
+}
+
+/// Reads a campaign's settings; a missing row gives the defaults.
+///
+/// Invariant: a campaign without a `campaigns` row behaves exactly as before the table existed.
+pub async fn settings(pool: &PgPool, campaign_id: &str) -> Result<CampaignSettings, sqlx::Error> {
+    // language=PostgreSQL
+    const SETTINGS: &str = r#"
+        SELECT template, max_permanent_failure_ratio, paused_at, paused_by, pause_reason
+          FROM campaigns
+         WHERE campaign_id = $1
+    "#;
+    let row: Option<SettingsRow> = sqlx::query_as(SETTINGS)
+        .bind(campaign_id)
+        .fetch_optional(pool)
+        .await?;
+    Ok(match row {
+        None => CampaignSettings {
+            template: campaign_id.to_string(),
+            max_permanent_failure_ratio: None,
+            pause: None,
+            stored: false,
+        },
+        Some(r) => CampaignSettings {
+            template: r.template.unwrap_or_else(|| campaign_id.to_string()),
+            max_permanent_failure_ratio: r.max_permanent_failure_ratio,
+            pause: r.pause.pause(),
+            stored: true,
+        },
+    })
+}
+
+impl CampaignSettings {
+    /// `failed` rows a campaign of `total` rows may have before a run stops with exit 2 and
+    /// pauses it: the settings row's ratio, else `default_ratio` (`MAX_PERMANENT_FAILURE_RATIO`).
+    /// One rule for the worker and for `status`.
+    pub fn failure_budget(&self, total: i64, default_ratio: f64) -> i64 {
+        let ratio = self.max_permanent_failure_ratio.unwrap_or(default_ratio);
+        (total as f64 * ratio).floor() as i64
+    }
+}
+
+/// The kill switch alone: one primary-key lookup, polled by every running pipeline.
+pub async fn paused(pool: &PgPool, campaign_id: &str) -> Result<Option<Pause>, sqlx::Error> {
+    // language=PostgreSQL
+    const PAUSED: &str =
+        "SELECT paused_at, paused_by, pause_reason FROM campaigns WHERE campaign_id = $1";
+    let row: Option<PauseRow> = sqlx::query_as(PAUSED)
+        .bind(campaign_id)
+        .fetch_optional(pool)
+        .await?;
+    Ok(row.and_then(PauseRow::pause))
+}
+
+/// Pauses a campaign (creating its settings row if needed). Returns the pause now in force.
+///
+/// Invariants:
+/// - an existing pause is kept as it was (first pause wins: an `auto` pause's reason is not
+///   overwritten by a later operator pause, nor the other way round);
+/// - the other settings of an existing row are untouched.
+pub async fn pause(
+    pool: &PgPool,
+    campaign_id: &str,
+    by: &str,
+    reason: Option<&str>,
+) -> Result<Pause, sqlx::Error> {
+    // language=PostgreSQL
+    const PAUSE: &str = r#"
+        INSERT INTO campaigns AS c (campaign_id, paused_at, paused_by, pause_reason)
+        VALUES ($1, now(), $2, $3)
+        ON CONFLICT (campaign_id) DO UPDATE
+           SET paused_at    = coalesce(c.paused_at, excluded.paused_at),
+               paused_by    = CASE WHEN c.paused_at IS NULL THEN excluded.paused_by ELSE c.paused_by END,
+               pause_reason = CASE WHEN c.paused_at IS NULL THEN excluded.pause_reason ELSE c.pause_reason END,
+               updated_at   = now()
+        RETURNING paused_at, paused_by, pause_reason
+    "#;
+    let row: PauseRow = sqlx::query_as(PAUSE)
+        .bind(campaign_id)
+        .bind(by)
+        .bind(reason)
+        .fetch_one(pool)
+        .await?;
+    Ok(row.pause().expect("paused_at was just set"))
+}
+
+/// Lifts a pause. Returns the pause that was lifted, if there was one.
+///
+/// Invariant: only the pause columns change; a campaign without a settings row stays without
+/// one.
+pub async fn resume(pool: &PgPool, campaign_id: &str) -> Result<Option<Pause>, sqlx::Error> {
+    // language=PostgreSQL
+    const RESUME: &str = r#"
+        UPDATE campaigns c
+           SET paused_at = NULL, paused_by = NULL, pause_reason = NULL, updated_at = now()
+          FROM (SELECT paused_at, paused_by, pause_reason
+                  FROM campaigns WHERE campaign_id = $1 FOR UPDATE) old
+         WHERE c.campaign_id = $1
+           AND old.paused_at IS NOT NULL
+        RETURNING old.paused_at AS paused_at, old.paused_by AS paused_by,
+                  old.pause_reason AS pause_reason
+    "#;
+    let row: Option<PauseRow> = sqlx::query_as(RESUME)
+        .bind(campaign_id)
+        .fetch_optional(pool)
+        .await?;
+    Ok(row.and_then(PauseRow::pause))
+}
+
+/// Stores settings (`campaign-sender configure`). `None` keeps what the row has (the default
+/// for a new row).
+///
+/// Invariants: only the given settings change; the pause is not touched.
+pub async fn set_settings(
+    pool: &PgPool,
+    campaign_id: &str,
+    template: Option<&str>,
+    max_permanent_failure_ratio: Option<f64>,
+) -> Result<(), sqlx::Error> {
+    // language=PostgreSQL
+    const SET: &str = r#"
+        INSERT INTO campaigns AS c (campaign_id, template, max_permanent_failure_ratio)
+        VALUES ($1, $2, $3)
+        ON CONFLICT (campaign_id) DO UPDATE
+           SET template = coalesce(excluded.template, c.template),
+               max_permanent_failure_ratio = coalesce(excluded.max_permanent_failure_ratio,
+                                                      c.max_permanent_failure_ratio),
+               updated_at = now()
+    "#;
+    sqlx::query(SET)
+        .bind(campaign_id)
+        .bind(template)
+        .bind(max_permanent_failure_ratio)
+        .execute(pool)
+        .await?;
+    Ok(())
+}

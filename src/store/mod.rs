@@ -1,0 +1,29 @@
+//! Every SQL statement, one file per table, each statement with the invariant it keeps.
+//!
+//! - [`targets`]: `campaign_targets`, the work queue (claim, re-check, heartbeat, fenced finish,
+//!   what is left, counts for `status`, `retry-failed`);
+//! - [`campaigns`]: `campaigns`, the optional settings row and the fleet-wide kill switch;
+//! - [`rate`]: `rate_limits` and `rate_pods`, the fleet-wide rate limit's rounds;
+//! - [`import`]: the statements of `import` (staging table, duplicate check, idempotent insert);
+//! - [`connect`]: the pool, the migrations, and what a database error means for an operator;
+//! - [`outage`]: the one retry rule for a database that does not answer.
+//!
+//! Transactions, locks and timeouts: every statement of the work loop is a single
+//! auto-committed statement, and no transaction is ever held across a provider call. Row locks
+//! live only for the duration of the claim statement; after that, ownership is the lease
+//! (`lease_until`) plus the fencing token (`claim_id`), and every write matches the token. The
+//! only multi-statement transactions are a rate round (serialised by its key's row lock, see
+//! [`rate`]) and an import (atomic by design, see [`import`]).
+
+pub mod campaigns;
+pub mod connect;
+pub mod import;
+pub mod outage;
+pub mod rate;
+pub mod targets;
+
+pub use connect::{connect, schema_ready, DbProblem, MIGRATOR};
+pub use targets::{
+    Batch, CampaignCounts, ClaimedRow, Finished, Progress, Reason, Recheck, Remaining, RetryFilter,
+    RowState, Store,
+};

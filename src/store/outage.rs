@@ -1,0 +1,135 @@
+//! The one retry rule for a database that does not answer, used everywhere a statement is
+//! retried: connecting at start ([`super::connect`]), waiting for the schema, every statement
+//! of the work loop (`Worker::retrying`), the fenced result write, the lease heartbeat and the
+//! pause watch. Only the limit differs: `DB_CONNECT_RETRY_S` for what the run cannot go on
+//! without, one beat or one poll for what is tried again at the next one anyway.
+//!
+//! Tries 200 ms apart, doubling, at most 5 s apart, and the last wait cut so that the last try
+//! is made at the limit. A PostgreSQL restart or failover shorter than the limit is ridden out;
+//! a longer one hands the caller the last error (`run` exits 75 on it).
+//!
+//! [`Outage`] is pure (the caller passes the time), so the rule is unit-tested without a clock
+//! or a database; [`retrying`] applies it to a statement.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::warn;
+
+use super::connect::error_text;
+
+/// The wait after the first failed try.
+pub const FIRST_WAIT: Duration = Duration::from_millis(200);
+/// The longest wait between two tries.
+pub const MAX_WAIT: Duration = Duration::from_secs(5);
+
+/// One outage being ridden out.
+#[derive(Debug, Clone)]
+pub struct Outage {
+    give_up: Instant,
+    wait: Duration,
+}
+
+impl Outage {
+    /// An outage that began at `now`, to be ridden out for `limit`.
+    pub fn new(now: Instant, limit: Duration) -> Self {
+        Self {
+            give_up: now + limit,
+            wait: FIRST_WAIT,
+        }
+    }
+
+    /// What is left of the limit at `now`.
+    pub fn left(&self, now: Instant) -> Duration {
+        self.give_up.saturating_duration_since(now)
+    }
+
+    /// A try failed at `now`: how long to wait before the next one, or `None` when the limit is
+    /// reached and the caller should give up.
+    pub fn next_wait(&mut self, now: Instant) -> Option<Duration> {
+        let left = self.left(now);
+        if left.is_zero() {
+            return None;
+        }
+        let wait = self.wait.min(left);
+        self.wait = (self.wait * 2).min(MAX_WAIT);
+        Some(wait)
+    }
+}
+
+/// Runs `op` until it succeeds or the rule gives up after `limit`; then returns its last
+/// error. Every failed try is logged as `what` with the error (as [`error_text`] words it: never
+/// a user name, URL or password) and the wait before the next.
+pub async fn retrying<T, F, Fut>(limit: Duration, what: &str, mut op: F) -> Result<T, sqlx::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, sqlx::Error>>,
+{
+    let mut outage = Outage::new(Instant::now(), limit);
+    loop {
+        match op().await {
+            Ok(v) => return Ok(v),
+            Err(e) => match outage.next_wait(Instant::now()) {
+                None => return Err(e),
+                Some(wait) => {
+                    warn!(error = %error_text(&e), retry_in_ms = wait.as_millis() as u64, "{what} failed; retrying");
+                    tokio::time::sleep(wait).await;
+                }
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// The waits of an outage that never ends, each try failing the moment it is made.
+    fn waits(limit: Duration) -> Vec<Duration> {
+        let mut now = Instant::now();
+        let mut o = Outage::new(now, limit);
+        let mut out = Vec::new();
+        while let Some(w) = o.next_wait(now) {
+            out.push(w);
+            now += w;
+            assert!(out.len() < 100, "never gives up: {out:?}");
+        }
+        out
+    }
+
+    #[test]
+    fn waits_double_from_200_ms_up_to_5_s() {
+        assert_eq!(
+            waits(Duration::from_secs(30)),
+            [200, 400, 800, 1600, 3200, 5000, 5000, 5000, 5000, 3800].map(|ms| ms * MS)
+        );
+    }
+
+    #[test]
+    fn the_last_try_is_made_at_the_limit_not_one_wait_before_it() {
+        // Without the cut, a 2-s limit gave up at 1.4 s (the next 1.6-s wait would pass it) and a
+        // 30-s one at 26.2 s: a database restart of 28 s failed a run the limit says survives it.
+        for limit_ms in [1u64, 200, 2000, 2001, 30_000] {
+            let limit = Duration::from_millis(limit_ms);
+            let total: Duration = waits(limit).iter().sum();
+            assert_eq!(total, limit, "limit {limit:?}");
+        }
+        assert_eq!(
+            waits(Duration::from_secs(2)),
+            [200, 400, 800, 600].map(|ms| ms * MS)
+        );
+    }
+
+    #[test]
+    fn no_limit_means_no_retry_and_time_past_the_limit_gives_up() {
+        assert_eq!(waits(Duration::ZERO), []);
+        let now = Instant::now();
+        let mut o = Outage::new(now, Duration::from_secs(1));
+        assert_eq!(o.left(now + Duration::from_millis(400)), 600 * MS);
+        assert_eq!(o.next_wait(now + Duration::from_secs(1)), None);
+        assert_eq!(o.left(now + Duration::from_secs(2)), Duration::ZERO);
+    }
+}

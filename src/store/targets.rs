@@ -1,0 +1,647 @@
+//! Every statement on `campaign_targets` but `import`'s ([`super::import`]), each with the
+//! invariant it keeps.
+//!
+//! The work loop's statements ([`Store::claim`], [`Store::recheck`], [`Store::extend_leases`],
+//! [`Store::finish`], [`Store::remaining`], [`Store::failed_count`]) are each one auto-committed
+//! statement. [`Store::claim`] is the one deliberate command–query exception: it changes rows
+//! and returns them, because doing both in one statement is what makes it atomic. The
+//! operators' statements ([`Store::progress`], [`Store::reasons`], [`Store::retry_failed`]) read
+//! or change rows outside any claim.
+
+use std::time::Duration;
+
+use sqlx::postgres::{PgHasArrayType, PgTypeInfo, PgValueRef, Postgres};
+use sqlx::{Decode, Encode, FromRow, PgPool, Type};
+use uuid::Uuid;
+
+use crate::outcome::Resolution;
+
+/// Where a row is in its life. Stored as `text` under a `CHECK` (not a PostgreSQL enum: the
+/// other system that fills the table writes plain text, and a new state is then an online
+/// `CHECK` change instead of an `ALTER TYPE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RowState {
+    /// Waiting to be claimed (maybe not before `not_before`).
+    Pending,
+    /// Claimed under `claim_id` until `lease_until`.
+    Sending,
+    /// Delivered (`sent_at` set).
+    Sent,
+    /// Given up: permanent, or out of attempts.
+    Failed,
+}
+
+impl RowState {
+    pub const ALL: [RowState; 4] = [
+        RowState::Pending,
+        RowState::Sending,
+        RowState::Sent,
+        RowState::Failed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RowState::Pending => "pending",
+            RowState::Sending => "sending",
+            RowState::Sent => "sent",
+            RowState::Failed => "failed",
+        }
+    }
+}
+
+impl std::str::FromStr for RowState {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        RowState::ALL
+            .into_iter()
+            .find(|r| r.as_str() == s)
+            .ok_or_else(|| format!("{s:?} is not a row state"))
+    }
+}
+
+impl std::fmt::Display for RowState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+// `sqlx::Type` as the `text` it is stored as (the derive would declare a PostgreSQL type of
+// that name and look its OID up at run time; this is the builtin `text` directly).
+impl Type<Postgres> for RowState {
+    fn type_info() -> PgTypeInfo {
+        <&str as Type<Postgres>>::type_info()
+    }
+    fn compatible(ty: &PgTypeInfo) -> bool {
+        <&str as Type<Postgres>>::compatible(ty)
+    }
+}
+
+impl PgHasArrayType for RowState {
+    fn array_type_info() -> PgTypeInfo {
+        <&str as PgHasArrayType>::array_type_info()
+    }
+}
+
+impl Encode<'_, Postgres> for RowState {
+    fn encode_by_ref(
+        &self,
+        buf: &mut sqlx::postgres::PgArgumentBuffer,
+    ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+        <&str as Encode<Postgres>>::encode(self.as_str(), buf)
+    }
+}
+
+impl<'r> Decode<'r, Postgres> for RowState {
+    fn decode(value: PgValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
+        Ok(<&str as Decode<Postgres>>::decode(value)?.parse()?)
+    }
+}
+
+/// One claimed row, as the worker needs it. The email is personal data: it goes into the
+/// request body and nowhere else.
+#[derive(Clone, FromRow)]
+pub struct ClaimedRow {
+    pub member_id: i64,
+    pub email: Option<String>,
+    /// This claim's attempt number (1 for the first).
+    pub attempt: i32,
+    /// Taken over from a holder whose lease had expired (a killed or stalled worker).
+    pub reclaimed: bool,
+}
+
+impl std::fmt::Debug for ClaimedRow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClaimedRow")
+            .field("member_id", &self.member_id)
+            .field("email", &"[personal data]")
+            .field("attempt", &self.attempt)
+            .field("reclaimed", &self.reclaimed)
+            .finish()
+    }
+}
+
+/// A claimed batch: the rows and the fencing token every write about them must carry.
+#[derive(Debug, Clone)]
+pub struct Batch {
+    pub claim_id: Uuid,
+    pub rows: Vec<ClaimedRow>,
+    /// Rows taken over from a holder whose lease had expired (a killed or stalled worker).
+    pub reclaimed: usize,
+}
+
+/// Work left in a campaign (opted-out rows are not work).
+#[derive(Debug, Clone, Default, PartialEq, FromRow)]
+pub struct Remaining {
+    /// `pending` and claimable now.
+    pub ready: i64,
+    /// `pending`, waiting for `not_before` (retry backoff).
+    pub waiting: i64,
+    /// `sending`: leased by a worker (or by a crashed one until the lease expires).
+    pub leased: i64,
+    /// Seconds until the earliest waiting row or lease becomes claimable.
+    pub next_due_s: Option<f64>,
+}
+
+impl Remaining {
+    pub fn total(&self) -> i64 {
+        self.ready + self.waiting + self.leased
+    }
+}
+
+/// Final states of a whole campaign.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, FromRow)]
+pub struct CampaignCounts {
+    pub total: i64,
+    pub sent: i64,
+    pub failed: i64,
+    pub pending: i64,
+    pub sending: i64,
+    /// Opted out and neither sent nor failed: never mailed, never will be (a row sent or
+    /// failed before its opt-out keeps that outcome, so the buckets add up to `total`).
+    pub opted_out: i64,
+}
+
+/// Why a claimed row must not be sent now although we claimed it (what [`Store::recheck`]
+/// finds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recheck {
+    /// `opted_out_at` was set after the claim.
+    OptedOut,
+    /// Our lease lapsed and another worker re-claimed the row: it is not ours any more.
+    TakenOver,
+}
+
+/// The rows side of `status`.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, FromRow)]
+pub struct Progress {
+    #[sqlx(flatten)]
+    pub counts: CampaignCounts,
+    /// `pending` rows in retry backoff.
+    pub retry_waiting: i64,
+    /// Rows that became `sent` in the last minute.
+    pub sent_last_minute: i64,
+    /// Seconds since the oldest of those (the window the rate is measured over).
+    pub recent_window_s: Option<f64>,
+}
+
+/// A count of rows by their last provider status and error class.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, FromRow)]
+pub struct Reason {
+    pub status: Option<i16>,
+    pub class: String,
+    pub count: i64,
+}
+
+/// Which failed rows `retry-failed` selects.
+#[derive(Debug, Clone, Default)]
+pub struct RetryFilter {
+    /// Last provider status is one of these (empty: any).
+    pub statuses: Vec<i16>,
+    /// Error class is one of these, e.g. `rejected`, `invalid_email` (empty: any).
+    pub classes: Vec<String>,
+    /// Failed at or after this time.
+    pub since: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// One row's result as [`Store::finish`] binds it.
+struct Written {
+    state: RowState,
+    /// An HTTP attempt was made (else the claim's attempt is given back).
+    attempted: bool,
+    delay_ms: Option<i64>,
+    status: Option<i16>,
+    error: Option<&'static str>,
+}
+
+impl Written {
+    fn of(res: &Resolution) -> Self {
+        let ms = |d: &Duration| Some(d.as_millis() as i64);
+        match res {
+            Resolution::Sent { status } => {
+                Self::new(RowState::Sent, true, None, Some(*status), None)
+            }
+            Resolution::RetryAfter {
+                delay,
+                status,
+                class,
+            } => Self::new(
+                RowState::Pending,
+                true,
+                ms(delay),
+                *status,
+                Some(class.as_str()),
+            ),
+            Resolution::Failed { status, class } => {
+                Self::new(RowState::Failed, true, None, *status, Some(class.as_str()))
+            }
+            Resolution::Released { class } => {
+                Self::new(RowState::Pending, false, None, None, Some(class.as_str()))
+            }
+            Resolution::Deferred { delay, class } => Self::new(
+                RowState::Pending,
+                false,
+                ms(delay),
+                None,
+                Some(class.as_str()),
+            ),
+        }
+    }
+
+    fn new(
+        state: RowState,
+        attempted: bool,
+        delay_ms: Option<i64>,
+        status: Option<u16>,
+        error: Option<&'static str>,
+    ) -> Self {
+        Self {
+            state,
+            attempted,
+            delay_ms,
+            status: status.map(|s| s as i16),
+            error,
+        }
+    }
+}
+
+/// The campaign-scoped handle on `campaign_targets`.
+#[derive(Clone)]
+pub struct Store {
+    pool: PgPool,
+    campaign_id: String,
+}
+
+impl Store {
+    pub fn new(pool: PgPool, campaign_id: impl Into<String>) -> Self {
+        Self {
+            pool,
+            campaign_id: campaign_id.into(),
+        }
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    pub fn campaign_id(&self) -> &str {
+        &self.campaign_id
+    }
+
+    /// Claims up to `limit` rows for `lease`, under a fresh fencing token.
+    ///
+    /// Invariants:
+    /// - two claims never get the same row: `FOR UPDATE SKIP LOCKED` locks what it picks and
+    ///   passes over rows another claim is locking, instead of waiting for it;
+    /// - an opted-out row is never claimed (`opted_out_at IS NULL`, re-evaluated on the locked,
+    ///   latest row version, so an opt-out committed before the claim always wins);
+    /// - a row in retry backoff is not claimed before `not_before`;
+    /// - a row another worker holds is taken only after its lease expired (the crash case);
+    /// - the claim counts the attempt (`attempts + 1`) and stamps a new `claim_id`, which
+    ///   fences off every later write by the previous holder;
+    /// - it reads the partial work-set index only (`scripts/explain-claim.sh` fails otherwise),
+    ///   so its cost is O(batch) however many rows are done.
+    pub async fn claim(&self, limit: u32, lease: Duration) -> Result<Batch, sqlx::Error> {
+        let claim_id = Uuid::new_v4();
+        // language=PostgreSQL
+        const CLAIM: &str = r#"
+            WITH picked AS (
+                SELECT member_id, state AS was
+                  FROM campaign_targets
+                 WHERE campaign_id = $1
+                   AND opted_out_at IS NULL
+                   AND state IN ('pending', 'sending')
+                   AND (   (state = 'pending' AND (not_before IS NULL OR not_before <= now()))
+                        OR (state = 'sending' AND (lease_until IS NULL OR lease_until < now())))
+                 ORDER BY member_id
+                 LIMIT $2
+                   FOR UPDATE SKIP LOCKED
+            )
+            UPDATE campaign_targets t
+               SET state       = 'sending',
+                   attempts    = t.attempts + 1,
+                   claim_id    = $3,
+                   lease_until = now() + make_interval(secs => $4),
+                   not_before  = NULL,
+                   updated_at  = now()
+              FROM picked
+             WHERE t.campaign_id = $1
+               AND t.member_id = picked.member_id
+            RETURNING t.member_id, t.email, t.attempts AS attempt, picked.was = 'sending' AS reclaimed
+        "#;
+        let rows: Vec<ClaimedRow> = sqlx::query_as(CLAIM)
+            .bind(&self.campaign_id)
+            .bind(limit as i64)
+            .bind(claim_id)
+            .bind(lease.as_secs_f64())
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(Batch {
+            claim_id,
+            reclaimed: rows.iter().filter(|r| r.reclaimed).count(),
+            rows,
+        })
+    }
+
+    /// Which of these claimed rows (member id, the claim that holds it) must not be sent now,
+    /// and why.
+    ///
+    /// Invariant: a send starts only after this has seen the row still ours (`state =
+    /// 'sending'` under the claim we hold it by) and not opted out. Run just before sending, it
+    /// closes the window between claim and send to the freshness the caller demands. Primary-key
+    /// lookups only: cost O(rows asked).
+    pub async fn recheck(&self, rows: &[(i64, Uuid)]) -> Result<Vec<(i64, Recheck)>, sqlx::Error> {
+        let (ids, claims): (Vec<i64>, Vec<Uuid>) = rows.iter().copied().unzip();
+        // language=PostgreSQL
+        const RECHECK: &str = r#"
+            SELECT t.member_id, t.opted_out_at IS NOT NULL AS opted_out
+              FROM unnest($2::bigint[], $3::uuid[]) AS r(member_id, claim_id)
+              JOIN campaign_targets t
+                ON t.campaign_id = $1 AND t.member_id = r.member_id
+             WHERE t.opted_out_at IS NOT NULL
+                OR t.state <> 'sending'
+                OR t.claim_id IS DISTINCT FROM r.claim_id
+        "#;
+        let found: Vec<(i64, bool)> = sqlx::query_as(RECHECK)
+            .bind(&self.campaign_id)
+            .bind(&ids)
+            .bind(&claims)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(found
+            .into_iter()
+            .map(|(member_id, opted_out)| {
+                let why = if opted_out {
+                    Recheck::OptedOut
+                } else {
+                    Recheck::TakenOver
+                };
+                (member_id, why)
+            })
+            .collect())
+    }
+
+    /// The heartbeat: pushes the lease of rows we still hold (member id, claim) to
+    /// `now() + lease`. Returns how many rows were extended.
+    ///
+    /// Invariant: fenced like every write — only rows still `sending` under the claim we hold
+    /// them by; a row someone else re-claimed is not extended (and not ours any more).
+    /// Primary-key lookups only, so its cost is O(rows held), not O(campaign).
+    pub async fn extend_leases(
+        &self,
+        rows: &[(i64, Uuid)],
+        lease: Duration,
+    ) -> Result<u64, sqlx::Error> {
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        let (ids, claims): (Vec<i64>, Vec<Uuid>) = rows.iter().copied().unzip();
+        // language=PostgreSQL
+        const EXTEND: &str = r#"
+            UPDATE campaign_targets t
+               SET lease_until = now() + make_interval(secs => $4)
+              FROM unnest($2::bigint[], $3::uuid[]) AS r(member_id, claim_id)
+             WHERE t.campaign_id = $1
+               AND t.member_id = r.member_id
+               AND t.state = 'sending'
+               AND t.claim_id = r.claim_id
+        "#;
+        let n = sqlx::query(EXTEND)
+            .bind(&self.campaign_id)
+            .bind(&ids)
+            .bind(&claims)
+            .bind(lease.as_secs_f64())
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(n)
+    }
+
+    /// Writes a claim's results in one fenced statement. Returns how many rows were written and
+    /// how many of those were written `sent` although their member had opted out by then.
+    /// `results.len() - written` rows were stale: re-claimed by someone else after our lease
+    /// expired, so their outcome is not ours to record.
+    ///
+    /// Invariants:
+    /// - the fence: only rows still `sending` under our `claim_id` are touched;
+    /// - `sent` stamps `sent_at` (what the legacy job and any rollback read);
+    /// - a released row gives its attempt back (`attempts - 1`) and keeps its last provider
+    ///   answer, so time-budget leftovers and shutdown do not use up retries;
+    /// - a retry gets `not_before = now() + delay`, so no one claims it before then;
+    /// - a row written `sent` whose `opted_out_at` is set by now (the opt-out raced the request
+    ///   in flight) is counted (`campaign_sender_sent_after_optout_total`): it should stay 0.
+    pub async fn finish(
+        &self,
+        claim_id: Uuid,
+        results: &[(i64, Resolution)],
+    ) -> Result<Finished, sqlx::Error> {
+        if results.is_empty() {
+            return Ok(Finished::default());
+        }
+        let n = results.len();
+        let mut ids = Vec::with_capacity(n);
+        let mut states = Vec::with_capacity(n);
+        let mut attempted = Vec::with_capacity(n);
+        let mut delays = Vec::with_capacity(n);
+        let mut statuses = Vec::with_capacity(n);
+        let mut errors = Vec::with_capacity(n);
+        for (member_id, res) in results {
+            let w = Written::of(res);
+            ids.push(*member_id);
+            states.push(w.state);
+            attempted.push(w.attempted);
+            delays.push(w.delay_ms);
+            statuses.push(w.status);
+            errors.push(w.error);
+        }
+        // language=PostgreSQL
+        const FINISH: &str = r#"
+            UPDATE campaign_targets t
+               SET state       = r.state,
+                   attempts    = CASE WHEN r.attempted THEN t.attempts ELSE greatest(t.attempts - 1, 0) END,
+                   not_before  = CASE WHEN r.delay_ms IS NULL THEN NULL
+                                      ELSE now() + r.delay_ms * interval '1 millisecond' END,
+                   sent_at     = CASE WHEN r.state = 'sent' THEN now() ELSE t.sent_at END,
+                   last_status = CASE WHEN r.attempted THEN r.status ELSE t.last_status END,
+                   last_error  = CASE WHEN r.attempted THEN r.error ELSE coalesce(r.error, t.last_error) END,
+                   lease_until = NULL,
+                   updated_at  = now()
+              FROM unnest($3::bigint[], $4::text[], $5::bool[], $6::bigint[], $7::int2[], $8::text[])
+                   AS r(member_id, state, attempted, delay_ms, status, error)
+             WHERE t.campaign_id = $1
+               AND t.member_id = r.member_id
+               AND t.state = 'sending'
+               AND t.claim_id = $2
+            RETURNING r.state = 'sent' AND t.opted_out_at IS NOT NULL
+        "#;
+        let written: Vec<bool> = sqlx::query_scalar(FINISH)
+            .bind(&self.campaign_id)
+            .bind(claim_id)
+            .bind(&ids)
+            .bind(&states)
+            .bind(&attempted)
+            .bind(&delays)
+            .bind(&statuses)
+            .bind(&errors)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(Finished {
+            written: written.len() as u64,
+            sent_after_optout: written.iter().filter(|b| **b).count() as u64,
+        })
+    }
+
+    /// Work left. Uses the work-set index only.
+    ///
+    /// Invariant: opted-out rows are not remaining work (they will never be claimed).
+    pub async fn remaining(&self) -> Result<Remaining, sqlx::Error> {
+        // language=PostgreSQL
+        const REMAINING: &str = r#"
+            SELECT count(*) FILTER (WHERE state = 'pending' AND (not_before IS NULL OR not_before <= now())) AS ready,
+                   count(*) FILTER (WHERE state = 'pending' AND not_before > now()) AS waiting,
+                   count(*) FILTER (WHERE state = 'sending') AS leased,
+                   extract(epoch FROM min(CASE WHEN state = 'pending' THEN not_before
+                                               ELSE lease_until END) - now())::float8 AS next_due_s
+              FROM campaign_targets
+             WHERE campaign_id = $1
+               AND state IN ('pending', 'sending')
+               AND opted_out_at IS NULL
+        "#;
+        sqlx::query_as(REMAINING)
+            .bind(&self.campaign_id)
+            .fetch_one(&self.pool)
+            .await
+    }
+
+    /// Rows in `failed` (partial index): checked during the run against the threshold.
+    pub async fn failed_count(&self) -> Result<i64, sqlx::Error> {
+        // language=PostgreSQL
+        const FAILED: &str =
+            "SELECT count(*) FROM campaign_targets WHERE campaign_id = $1 AND state = 'failed'";
+        sqlx::query_scalar(FAILED)
+            .bind(&self.campaign_id)
+            .fetch_one(&self.pool)
+            .await
+    }
+
+    /// Counts by final state for the whole campaign (one scan of its rows; for reports): the
+    /// counts of [`Store::progress`], so a report and `status` can never disagree.
+    pub async fn counts(&self) -> Result<CampaignCounts, sqlx::Error> {
+        Ok(self.progress().await?.counts)
+    }
+
+    /// Everything `status` shows about the rows, in one scan of the campaign's rows.
+    ///
+    /// Invariants: the buckets partition the campaign — `sent` and `failed` are outcomes and
+    /// stand whenever the opt-out came; opted out and neither sent nor failed is not work
+    /// (neither `pending` nor `sending`, but `opted_out`), so a row is never counted twice;
+    /// "sent recently" counts rows whose `sent_at` is in the last minute.
+    pub async fn progress(&self) -> Result<Progress, sqlx::Error> {
+        // language=PostgreSQL
+        const PROGRESS: &str = r#"
+            SELECT count(*) AS total,
+                   count(*) FILTER (WHERE state = 'sent') AS sent,
+                   count(*) FILTER (WHERE state = 'failed') AS failed,
+                   count(*) FILTER (WHERE state = 'pending' AND opted_out_at IS NULL) AS pending,
+                   count(*) FILTER (WHERE state = 'sending' AND opted_out_at IS NULL) AS sending,
+                   count(*) FILTER (WHERE opted_out_at IS NOT NULL AND state NOT IN ('sent', 'failed')) AS opted_out,
+                   count(*) FILTER (WHERE state = 'pending' AND opted_out_at IS NULL
+                                      AND not_before > now()) AS retry_waiting,
+                   count(*) FILTER (WHERE state = 'sent' AND sent_at > now() - interval '1 minute') AS sent_last_minute,
+                   extract(epoch FROM now() - min(sent_at) FILTER (
+                       WHERE state = 'sent' AND sent_at > now() - interval '1 minute'))::float8 AS recent_window_s
+              FROM campaign_targets
+             WHERE campaign_id = $1
+        "#;
+        sqlx::query_as(PROGRESS)
+            .bind(&self.campaign_id)
+            .fetch_one(&self.pool)
+            .await
+    }
+
+    /// The most common (last provider status, error class) pairs among rows in `state`
+    /// (`failed`, or `pending` for rows waiting to retry), most frequent first.
+    ///
+    /// Invariant: only the short class and the status are stored per row (never a response
+    /// body), so nothing personal can surface here.
+    pub async fn reasons(&self, state: RowState, limit: i64) -> Result<Vec<Reason>, sqlx::Error> {
+        // language=PostgreSQL
+        const REASONS: &str = r#"
+            SELECT last_status AS status, coalesce(last_error, 'unknown') AS class, count(*) AS count
+              FROM campaign_targets
+             WHERE campaign_id = $1
+               AND state = $2
+               AND ($2 <> 'pending' OR (attempts > 0 AND last_error IS NOT NULL
+                                        AND opted_out_at IS NULL))
+             GROUP BY 1, 2
+             ORDER BY 3 DESC, 1, 2
+             LIMIT $3
+        "#;
+        sqlx::query_as(REASONS)
+            .bind(&self.campaign_id)
+            .bind(state)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await
+    }
+
+    /// `retry-failed`: puts the selected `failed` rows back to `pending` with their attempts
+    /// reset. Returns how many rows it moved (or, with `dry_run`, would move).
+    ///
+    /// Invariants:
+    /// - only `failed` rows of this campaign change — never a `sent`, `pending` or `sending`
+    ///   row, so a worker's claim is never disturbed;
+    /// - an opted-out row is never selected (it must not be mailed);
+    /// - the filters narrow (AND): any of `statuses`, any of `classes`, failed at or after
+    ///   `since`; empty filters select every failed row;
+    /// - the last status and class stay on the row until its next attempt overwrites them.
+    pub async fn retry_failed(
+        &self,
+        filter: &RetryFilter,
+        dry_run: bool,
+    ) -> Result<u64, sqlx::Error> {
+        // language=PostgreSQL
+        const SELECTED: &str = r#"
+              campaign_id = $1
+          AND state = 'failed'
+          AND opted_out_at IS NULL
+          AND (cardinality($2::int2[]) = 0 OR last_status = ANY($2))
+          AND (cardinality($3::text[]) = 0 OR last_error = ANY($3))
+          AND ($4::timestamptz IS NULL OR updated_at >= $4)
+        "#;
+        let count = format!("SELECT count(*) FROM campaign_targets WHERE {SELECTED}");
+        let reset = format!(
+            "UPDATE campaign_targets
+                SET state = 'pending', attempts = 0, not_before = NULL, lease_until = NULL,
+                    updated_at = now()
+              WHERE {SELECTED}"
+        );
+        if dry_run {
+            let n: i64 = sqlx::query_scalar(&count)
+                .bind(&self.campaign_id)
+                .bind(&filter.statuses)
+                .bind(&filter.classes)
+                .bind(filter.since)
+                .fetch_one(&self.pool)
+                .await?;
+            return Ok(n as u64);
+        }
+        Ok(sqlx::query(&reset)
+            .bind(&self.campaign_id)
+            .bind(&filter.statuses)
+            .bind(&filter.classes)
+            .bind(filter.since)
+            .execute(&self.pool)
+            .await?
+            .rows_affected())
+    }
+}
+
+/// What one fenced [`Store::finish`] wrote.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Finished {
+    /// Rows written (still ours under the claim).
+    pub written: u64,
+    /// Of those, rows written `sent` whose member had opted out by the time of the write.
+    pub sent_after_optout: u64,
+}

@@ -1,0 +1,132 @@
+//! The claimer: claims the next batch ([`crate::store::Store::claim`]) while the current one is
+//! still sending, but only while fewer than `low_water` rows are held, and decides what an empty
+//! claim means (done, or wait for rows in backoff or under a lease).
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tracing::debug;
+use uuid::Uuid;
+
+use super::pipeline::Pipeline;
+use crate::metrics as m;
+use crate::report::StopReason;
+use crate::store::{Batch, ClaimedRow, Remaining};
+
+/// What to do after a claim came back empty.
+enum WhenEmpty {
+    /// Stop the claimer (done, a step's answer, stopped or failed).
+    Return(Option<Remaining>),
+    /// Claim again (after waiting for the earliest row to become claimable).
+    ClaimAgain,
+}
+
+impl Pipeline<'_> {
+    /// Claims batches and hands their rows to the gate, until stopped, done, or (for a step)
+    /// after one claim. Returns the remaining work when a step found nothing to claim.
+    pub(super) async fn claimer(
+        &self,
+        tx: mpsc::UnboundedSender<(Uuid, ClaimedRow)>,
+    ) -> Option<Remaining> {
+        loop {
+            if !self.wait_for_room().await {
+                return None;
+            }
+            let batch = match self.claim_batch().await {
+                Some(b) => b,
+                None => return None,
+            };
+            if batch.rows.is_empty() {
+                match self.when_empty().await {
+                    WhenEmpty::Return(r) => return r,
+                    WhenEmpty::ClaimAgain => continue,
+                }
+            }
+            self.take(batch, &tx);
+            if self.one_batch {
+                return None;
+            }
+        }
+    }
+
+    /// Waits until fewer than `low_water` rows are held; false if the pass stopped meanwhile.
+    async fn wait_for_room(&self) -> bool {
+        let low_water = self.low_water();
+        while self.holding.load(Ordering::SeqCst) >= low_water {
+            self.room_wanted.store(true, Ordering::SeqCst);
+            tokio::select! {
+                _ = self.room.notified() => {}
+                _ = self.stop.stopped() => return false,
+            }
+        }
+        self.room_wanted.store(false, Ordering::SeqCst);
+        !self.stop.is_stopped()
+    }
+
+    /// One claim, riding out a database outage; `None` (the pass failed) past the limit.
+    async fn claim_batch(&self) -> Option<Batch> {
+        let (w, cfg) = (self.w, self.cfg());
+        match w
+            .retrying("claiming rows", || {
+                w.store.claim(cfg.batch_size, cfg.lease())
+            })
+            .await
+        {
+            Ok(b) => Some(b),
+            Err(e) => {
+                self.stop.fail(e);
+                None
+            }
+        }
+    }
+
+    /// Nothing was claimable: done, a step's answer, or a wait for the earliest row in backoff
+    /// or under a lease (at most `IDLE_POLL_MS`: others may release rows).
+    async fn when_empty(&self) -> WhenEmpty {
+        let w = self.w;
+        // Hold no share of the fleet's limit unless rows are held.
+        w.signals.set_busy(self.holding.load(Ordering::SeqCst) > 0);
+        let rem = match w
+            .retrying("counting what is left", || w.store.remaining())
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                self.stop.fail(e);
+                return WhenEmpty::Return(None);
+            }
+        };
+        m::backlog(&rem, None);
+        if self.one_batch {
+            return WhenEmpty::Return(Some(rem));
+        }
+        if rem.total() == 0 {
+            self.stop.stop(StopReason::Done);
+            return WhenEmpty::Return(None);
+        }
+        let idle_poll = self.cfg().idle_poll();
+        let due = rem
+            .next_due_s
+            .map(|s| Duration::from_secs_f64(s.clamp(0.0, 3600.0)));
+        let wait = due.unwrap_or(idle_poll).min(idle_poll);
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => WhenEmpty::ClaimAgain,
+            _ = self.stop.stopped() => WhenEmpty::Return(None),
+        }
+    }
+
+    /// A non-empty batch: counted, held, and handed to the gate in claim order.
+    fn take(&self, batch: Batch, tx: &mpsc::UnboundedSender<(Uuid, ClaimedRow)>) {
+        let n = batch.rows.len();
+        self.w.signals.set_busy(true);
+        debug!(claim_id = %batch.claim_id, rows = n, "claimed");
+        self.claimed.fetch_add(n, Ordering::SeqCst);
+        self.w.recorder.claimed(n, batch.reclaimed);
+        self.hold(batch.claim_id, batch.rows.iter().map(|r| r.member_id));
+        for row in batch.rows {
+            // The gate outlives the claimer, so the channel is open.
+            let _ = tx.send((batch.claim_id, row));
+        }
+    }
+}

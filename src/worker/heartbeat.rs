@@ -1,0 +1,99 @@
+//! The two watches that run beside the stages until the flusher is done:
+//! - the lease heartbeat: every `LEASE_S / 3` it extends the lease of every row still held
+//!   ([`crate::store::Store::extend_leases`], fenced by claim), so a live worker's rows never
+//!   expire under it, and samples the backlog gauges;
+//! - the pause watch: every `PAUSE_POLL_MS` it looks at the campaign's kill switch
+//!   ([`crate::store::campaigns::paused`]) and, once it is on, stops the pass — the same stop as
+//!   SIGTERM.
+//!
+//! Both retry a failed statement by the one rule ([`crate::store::outage`]) until their next
+//! beat, and then simply try again at it.
+
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use super::pipeline::Pipeline;
+use crate::metrics as m;
+use crate::report::StopReason;
+use crate::store::campaigns;
+use crate::store::connect::error_text;
+use crate::store::outage::retrying;
+
+impl Pipeline<'_> {
+    /// Extends the lease of every row still held, every LEASE_S / 3, until `done`.
+    pub(super) async fn heartbeat(&self, done: CancellationToken) {
+        let beat = self.cfg().heartbeat();
+        let mut tick = tokio::time::interval(beat);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await; // the first tick is immediate; a fresh claim needs no renewal
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = done.cancelled() => return,
+            }
+            self.sample_backlog().await;
+            let rows = self.held_rows();
+            if rows.is_empty() {
+                continue;
+            }
+            let (store, lease) = (&self.w.store, self.cfg().lease());
+            match retrying(beat, "renewing leases", || {
+                store.extend_leases(&rows, lease)
+            })
+            .await
+            {
+                Ok(n) => {
+                    self.w.recorder.leases_renewed(n);
+                    debug!(held = rows.len(), renewed = n, "leases renewed");
+                }
+                Err(e) => {
+                    warn!(error = %error_text(&e), held = rows.len(), "lease renewal failed; will retry next beat")
+                }
+            }
+        }
+    }
+
+    /// The backlog gauges, for dashboards and alerts: two cheap counts on partial indexes. A
+    /// failed sample leaves the gauges as they were (the next beat tries again).
+    async fn sample_backlog(&self) {
+        let store = &self.w.store;
+        if let (Ok(rem), Ok(failed)) = (store.remaining().await, store.failed_count().await) {
+            m::backlog(&rem, Some(failed));
+        }
+    }
+
+    /// The kill switch: every `PAUSE_POLL_MS` looks at the campaign's pause and, once it is on,
+    /// stops the pipeline — the same stop as SIGTERM: no claim and no send starts after this,
+    /// in-flight requests finish, results are written and the rest is released.
+    pub(super) async fn pause_watch(&self, done: CancellationToken) {
+        let poll = self.cfg().pause_poll();
+        let mut tick = tokio::time::interval(poll);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let store = &self.w.store;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = self.stop.stopped() => return,
+                _ = done.cancelled() => return,
+            }
+            let paused = retrying(poll, "reading the campaign's pause", || {
+                campaigns::paused(store.pool(), store.campaign_id())
+            });
+            match paused.await {
+                Ok(Some(pause)) => {
+                    warn!(worker = %self.w.name, paused_by = %pause.by,
+                          reason = pause.reason.as_deref().unwrap_or(""),
+                          "campaign paused; stopping: in-flight requests finish, the rest is released");
+                    self.stop.stop(StopReason::Paused);
+                    return;
+                }
+                Ok(None) => {}
+                // Sends need the database too (the gate's re-check), so an outage stops them
+                // anyway.
+                Err(e) => {
+                    warn!(error = %error_text(&e), "cannot read the campaign's pause; will retry")
+                }
+            }
+        }
+    }
+}

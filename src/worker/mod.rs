@@ -1,0 +1,184 @@
+//! The work loop: a pipeline per process that keeps the provider busy.
+//!
+//! ```text
+//!  claim.rs ──rows──▶ gate.rs ──spawns──▶ send.rs (≤ SEND_CONCURRENCY) ──results──▶ finish.rs
+//!     ▲  claims a batch only when fewer   │ token from the pacer                   │ fenced writes every
+//!     │  than `low_water` rows are held   │ fresh opt-out/ownership re-check       │ FLUSH_MAX_ROWS or
+//!     │                                   │                                        │ FLUSH_INTERVAL_MS, or
+//!     └──────────── room: rows written ◀──────────────────────────────────────────┤ at once for a waiting claim
+//!  heartbeat.rs: every LEASE_S/3 extends the lease of every row still held (fenced) ◀┘ (rows leave `held`);
+//!                every PAUSE_POLL_MS looks at the campaign's kill switch
+//!  shutdown.rs: the one stop path (SIGTERM, deadline, pause, failure budget, a fatal error)
+//! ```
+//!
+//! - **Pipelined batches** ([`claim`]): the next batch is claimed while the current one is still
+//!   sending, but only when fewer than `low_water` rows (about half a second of work) are held —
+//!   claimed and not yet written, whether unsent, in flight or answered and waiting for the
+//!   flusher — so a pod never hoards rows another pod could send.
+//! - **Gate** ([`gate`]): before any send starts, the pacer (governor, at this pod's share of the
+//!   fleet-wide limit: [`crate::rate`]) hands out a token — every HTTP attempt spends one — and a
+//!   re-check at most `OPTOUT_RECHECK_MS` old must have seen the row still ours and not opted out.
+//! - **Sends** ([`send`]): tasks that touch only the provider; what an answer means is decided by
+//!   the pure [`crate::outcome`]. A provider that cannot be reached at all defers the row without
+//!   spending an attempt, and the pod pauses, then probes one request at a time.
+//! - **Results written as they come** ([`finish`]), in small fenced groups, so a crash re-sends at
+//!   most what was in flight plus one flush interval.
+//! - **Heartbeat** ([`heartbeat`]): rows held by a live worker never expire, so `LEASE_S` can be
+//!   short and a killed worker's rows come back quickly.
+//! - **Stopping** ([`shutdown`]): nothing new is claimed or started; in-flight requests finish
+//!   (bounded by the request timeout); their results are written, and every claimed-but-unsent
+//!   row is released at once in the same fenced write, without counting the attempt.
+//! - **Counting** ([`recorder`]): every event updates the run report and the metrics together.
+//! - **Lifecycle** ([`lifecycle`]): `run` until done, `serve` for ever, or one `step`.
+//!
+//! Memory is flat in campaign size, and what a SIGKILL can leave `sending` is bounded: a pod holds
+//! fewer than `BATCH_SIZE + low_water` rows at any moment (room is made only when a row's result
+//! is written, in `Pipeline::forget`; the flusher writes early when the claimer waits for room).
+
+mod claim;
+mod finish;
+mod gate;
+mod heartbeat;
+mod lifecycle;
+mod pipeline;
+mod recorder;
+mod send;
+mod shutdown;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::config::RunConfig;
+use crate::outcome::RetryPolicy;
+use crate::provider::Provider;
+use crate::rate::{Coordinator, CoordinatorSettings, Pacer, Signals};
+use crate::report::WorkerStats;
+use crate::store::outage::retrying;
+use crate::store::{connect::error_text, Store};
+
+use recorder::Recorder;
+use send::Reachability;
+
+/// What one [`Worker::step`] did.
+#[derive(Debug)]
+pub enum Step {
+    /// A batch was claimed and settled (sent, scheduled, failed or released).
+    Worked { claimed: usize },
+    /// Nothing claimable right now; `remaining.total() == 0` means the campaign is done.
+    Empty(crate::store::Remaining),
+}
+
+/// An unrecoverable problem for this run (the database stayed away too long).
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("database unavailable for more than {:?}; rows this worker held are re-claimed after their lease. Check the database and rerun: {}", .0, error_text(.1))]
+    Database(Duration, #[source] sqlx::Error),
+}
+
+/// One process's worker: its provider client, its share of the fleet's limit, its counters.
+pub struct Worker {
+    cfg: Arc<RunConfig>,
+    store: Store,
+    provider: Provider,
+    /// This process's share of the fleet-wide limit, kept current by the coordinator.
+    pacer: Pacer,
+    signals: Signals,
+    /// Not started yet (taken by the first run or step).
+    coordinator: Mutex<Option<Coordinator>>,
+    /// The running coordinator: its stop token and task.
+    coordinating: Mutex<Option<(CancellationToken, tokio::task::JoinHandle<()>)>>,
+    policy: RetryPolicy,
+    name: String,
+    /// `DB_CONNECT_RETRY_S`: how long a database outage is ridden out.
+    outage_limit: Duration,
+    recorder: Arc<Recorder>,
+    reach: Arc<Reachability>,
+}
+
+impl Worker {
+    /// A worker for `cfg`'s campaign on `store`. Fails only if the HTTP client cannot be built
+    /// (no TLS roots).
+    pub fn new(
+        cfg: RunConfig,
+        store: Store,
+        outage_limit: Duration,
+    ) -> Result<Self, reqwest::Error> {
+        let provider = Provider::new(&cfg)?;
+        let pacer = Pacer::new();
+        let (coordinator, signals) = Coordinator::new(
+            store.pool().clone(),
+            CoordinatorSettings {
+                key: cfg.limit_key(),
+                worker: cfg.worker_name(),
+                campaign_id: cfg.campaign_id.clone(),
+                limit_per_s: cfg.mail_rate_per_s as f64,
+                ttl: cfg.rate_share_ttl(),
+                sync: cfg.rate_sync(),
+                retry_after_cap: Duration::from_secs(cfg.retry_after_max_s),
+            },
+            pacer.clone(),
+        );
+        let name = cfg.worker_name();
+        Ok(Self {
+            policy: cfg.retry_policy(),
+            reach: Arc::new(Reachability::new(name.clone())),
+            name,
+            cfg: Arc::new(cfg),
+            store,
+            provider,
+            pacer,
+            signals,
+            coordinator: Mutex::new(Some(coordinator)),
+            coordinating: Mutex::new(None),
+            outage_limit,
+            recorder: Arc::new(Recorder::default()),
+        })
+    }
+
+    /// What this worker did so far.
+    pub fn stats(&self) -> WorkerStats {
+        self.recorder.snapshot()
+    }
+
+    /// Joins the fleet's rate limit (once): nothing is sent before the first round grants a
+    /// share.
+    fn start_coordinator(&self) {
+        if let Some(c) = self.coordinator.lock().expect("lock").take() {
+            let stop = CancellationToken::new();
+            let task = tokio::spawn(c.run(stop.clone()));
+            *self.coordinating.lock().expect("lock") = Some((stop, task));
+        }
+    }
+
+    /// Leaves the fleet's rate limit: stops sending and frees the share (one second later).
+    async fn stop_coordinator(&self) {
+        let running = self.coordinating.lock().expect("lock").take();
+        if let Some((stop, task)) = running {
+            stop.cancel();
+            let _ = task.await;
+        }
+    }
+
+    /// Rides out a database outage of up to `DB_CONNECT_RETRY_S` by the one retry rule
+    /// ([`crate::store::outage`]); past it the run ends with [`RunError::Database`].
+    async fn retrying<T, F, Fut>(&self, what: &str, op: F) -> Result<T, RunError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, sqlx::Error>>,
+    {
+        retrying(self.outage_limit, what, op)
+            .await
+            .map_err(|e| RunError::Database(self.outage_limit, e))
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        // A worker dropped without finishing a run (tests driving `step`) still leaves the fleet.
+        if let Some((stop, _)) = self.coordinating.lock().expect("lock").as_ref() {
+            stop.cancel();
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! The one stop path of a pipeline pass, whatever stops it.
+//!
+//! A pass stops on the caller's token (SIGTERM or SIGINT: the binary cancels it), at its
+//! deadline (`DEADLINE_S`, or a step's `stop_at`), when the campaign is paused (the pause watch),
+//! when permanent failures cross the budget (the flusher), when the campaign is done (the
+//! claimer), or when the database stays away too long (any stage). Every one of them goes
+//! through [`Stop`], and stopping is the same for all:
+//!
+//! 1. nothing new is claimed ([`super::claim`]) and no send starts ([`super::gate`]);
+//! 2. requests in flight finish, bounded by the request timeout;
+//! 3. their results are written ([`super::finish`]), and every claimed-but-unsent row is released
+//!    in the same fenced write with its attempt given back, so other pods take it at once;
+//! 4. the pod leaves the fleet's rate limit (its share is free one second later).
+//!
+//! The first recorded reason wins: a pass that stopped itself (done, paused, over the budget)
+//! reports that even if a signal came while it was finishing.
+
+use std::sync::Mutex;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::RunError;
+use crate::report::StopReason;
+
+/// A pipeline pass's stop: the token every stage listens to, and why it fired.
+pub(super) struct Stop {
+    token: CancellationToken,
+    reason: Mutex<Option<StopReason>>,
+    fatal: Mutex<Option<RunError>>,
+}
+
+impl Stop {
+    /// A stop that also fires when `parent` (the process's shutdown token) does.
+    pub(super) fn child_of(parent: &CancellationToken) -> Self {
+        Self {
+            token: parent.child_token(),
+            reason: Mutex::new(None),
+            fatal: Mutex::new(None),
+        }
+    }
+
+    pub(super) fn token(&self) -> &CancellationToken {
+        &self.token
+    }
+
+    pub(super) fn is_stopped(&self) -> bool {
+        self.token.is_cancelled()
+    }
+
+    /// Resolves once the pass is stopping.
+    pub(super) async fn stopped(&self) {
+        self.token.cancelled().await
+    }
+
+    /// Stops the pass for `reason` (kept only if it is the first).
+    pub(super) fn stop(&self, reason: StopReason) {
+        self.reason.lock().expect("lock").get_or_insert(reason);
+        self.token.cancel();
+    }
+
+    /// Stops the pass on an error it cannot go on with (the first one is kept).
+    pub(super) fn fail(&self, e: RunError) {
+        self.fatal.lock().expect("lock").get_or_insert(e);
+        self.token.cancel();
+    }
+
+    /// Stops the pass at `when` unless it stopped before; unrecorded, such a stop reads as
+    /// [`StopReason::Deadline`] ([`Stop::reason`]). The timer ends with the returned guard.
+    pub(super) fn at(&self, when: Instant) -> DeadlineGuard {
+        let token = self.token.clone();
+        let task = tokio::spawn(async move {
+            tokio::select! {
+                _ = tokio::time::sleep_until(when) => token.cancel(),
+                _ = token.cancelled() => {}
+            }
+        });
+        DeadlineGuard(task)
+    }
+
+    /// The error that ended the pass, if one did.
+    pub(super) fn take_fatal(&self) -> Option<RunError> {
+        self.fatal.lock().expect("lock").take()
+    }
+
+    /// Why the pass stopped: the recorded reason; else a signal if `signalled` (the parent
+    /// token fired); else its deadline (the only other way a pass stops unrecorded).
+    pub(super) fn reason(&self, signalled: bool) -> StopReason {
+        match *self.reason.lock().expect("lock") {
+            Some(r) => r,
+            None if signalled => StopReason::Signal,
+            None => StopReason::Deadline,
+        }
+    }
+}
+
+/// Ends the deadline timer of [`Stop::at`] when dropped.
+pub(super) struct DeadlineGuard(tokio::task::JoinHandle<()>);
+
+impl Drop for DeadlineGuard {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
