@@ -143,6 +143,15 @@ impl Pacer {
         });
     }
 
+    /// The end of the pause in force (a 429 here or fleet-wide, an unreachable provider), if one
+    /// is.
+    pub fn paused_until(&self) -> Option<Instant> {
+        self.tx
+            .borrow()
+            .paused_until
+            .filter(|p| *p > Instant::now())
+    }
+
     /// No token before `until` (extends, never shortens, a pause).
     pub fn pause_until(&self, until: Instant) {
         self.tx.send_if_modified(|s| {

@@ -102,6 +102,8 @@ impl Pipeline<'_> {
             return WhenEmpty::Return(Some(rem));
         }
         if rem.total() == 0 {
+            // Nothing left anywhere, so nothing held either (its rows were written).
+            w.signals.set_busy(false);
             self.stop.stop(StopReason::Done);
             return WhenEmpty::Return(None);
         }

@@ -121,8 +121,12 @@ impl Worker {
         }
     }
 
-    /// Waits until the campaign has work again (true) or `cancel` fires (false).
+    /// Waits until the campaign has work again (true) or `cancel` fires (false), holding no
+    /// share of the fleet's limit meanwhile.
     async fn idle_until_work(&self, cancel: &CancellationToken) -> Result<bool, RunError> {
+        // Said here, not only by the claimer: it judged "busy" from the rows it held just
+        // before it found nothing left, and the last of them may have been written in between.
+        self.signals.set_busy(false);
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => return Ok(false),

@@ -323,19 +323,28 @@ async fn a_live_workers_leases_are_kept_alive_past_their_initial_length(pool: Pg
         ],
     );
     let slow = spawn_sender(&["run"], &db, &slow);
-    tokio::time::sleep(Duration::from_millis(4000)).await;
-    let overdue = count(
-        &pool,
-        "SELECT count(*) FROM campaign_targets WHERE state = 'sending' AND lease_until < now()",
+    // Until a held row's lease has been pushed past the claim's own 3 s (renewed by the
+    // heartbeat), no live lease may have run out on the way.
+    until_some(
+        Duration::from_secs(30),
+        "a lease renewed past its first 3 s",
+        || async {
+            let overdue = count(
+            &pool,
+            "SELECT count(*) FROM campaign_targets WHERE state = 'sending' AND lease_until < now()",
+        )
+        .await;
+            assert_eq!(overdue, 0, "a live worker's lease ran out");
+            let renewed = count(
+                &pool,
+                "SELECT count(*) FROM campaign_targets
+              WHERE state = 'sending' AND lease_until > updated_at + interval '3.5 seconds'",
+            )
+            .await;
+            (renewed > 0).then_some(())
+        },
     )
     .await;
-    assert_eq!(overdue, 0, "a live worker's lease ran out");
-    let held = count(
-        &pool,
-        "SELECT count(*) FROM campaign_targets WHERE state = 'sending'",
-    )
-    .await;
-    assert!(held > 0, "the slow worker should still hold rows at 4 s");
     // A fast worker joins; it must not take the slow one's (live) rows.
     let fast = spawn_sender(
         &["run"],

@@ -438,6 +438,8 @@ async fn a_wrong_password_is_retried_with_backoff_then_gives_75_and_a_rotation_h
     assert_eq!(states(&admin).await.get("pending"), Some(&20));
 
     // A rotation: the worker has the new password before the server does.
+    const REFUSED: &str = "password authentication failed";
+    let refused_before = server.log_lines(REFUSED);
     let child = spawn_sender(
         &["run"],
         &url("next-pw"),
@@ -447,7 +449,11 @@ async fn a_wrong_password_is_retried_with_backoff_then_gives_75_and_a_rotation_h
             ("DB_CONNECT_RETRY_S", "30"),
         ],
     );
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The server has refused it at least once before it learns the new password.
+    until_some(Duration::from_secs(30), "a refused login", || async {
+        (server.log_lines(REFUSED) > refused_before).then_some(())
+    })
+    .await;
     sqlx::query(&format!("ALTER ROLE {WORKER_ROLE} PASSWORD 'next-pw'"))
         .execute(&admin)
         .await

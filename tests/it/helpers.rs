@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use campaign_sender::config::RunConfig;
+use campaign_sender::config::{FromEnv, RunConfig};
 use campaign_sender::store::Store;
 use campaign_sender::worker::Worker;
 use fake_provider::{self, FakeConfig, FakeProvider};
@@ -119,6 +119,44 @@ pub async fn until_stats(
         assert!(t0.elapsed() < limit, "timed out waiting for: {what}");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+/// Polls `probe` every 20 ms until it yields `Some`; panics naming `what` after `limit`. The
+/// way every test waits for something to have happened: for the condition, with a bound —
+/// never a fixed sleep followed by an assertion, which a loaded machine does not honour.
+pub async fn until_some<T, F, Fut>(limit: Duration, what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let t0 = std::time::Instant::now();
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(t0.elapsed() < limit, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits (bounded) until the worker named `worker` holds a live rate share of weight 0: it is
+/// idling (done, or paused), not leaving (a pod that left has no live share).
+pub async fn until_idle(pool: &PgPool, worker: &str) {
+    until_some(
+        Duration::from_secs(30),
+        &format!("{worker} idles"),
+        || async {
+            let w: Option<f64> = sqlx::query_scalar(
+                "SELECT weight FROM rate_pods WHERE worker = $1 AND expires_at > clock_timestamp()",
+            )
+            .bind(worker)
+            .fetch_optional(pool)
+            .await
+            .unwrap();
+            (w == Some(0.0)).then_some(())
+        },
+    )
+    .await
 }
 
 /// Defaults shrunk to test speed: short timeouts and backoff, generous rate.
@@ -313,6 +351,15 @@ impl OwnServer {
         let url = String::from_utf8(out.stdout).unwrap();
         let port = reqwest::Url::parse(url.trim()).unwrap().port().unwrap();
         OwnServer { dir, port }
+    }
+
+    /// How many lines of the server's log contain `needle` (e.g. refused logins).
+    pub fn log_lines(&self, needle: &str) -> usize {
+        std::fs::read_to_string(self.dir.join("server.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(needle))
+            .count()
     }
 
     /// The superuser over TCP (trusted unless a test changes pg_hba.conf).

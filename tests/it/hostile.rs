@@ -318,10 +318,16 @@ async fn a_pod_sends_concurrently_again_as_soon_as_the_provider_answers_after_an
     let mut cfg = config(&format!("http://{addr}/v1/send"));
     cfg.send_concurrency = 16;
     cfg.deadline_s = 60;
-    let worker = worker(&pool, cfg).await;
-    let run = tokio::spawn(async move { worker.run(Default::default()).await.unwrap() });
-    // Refused for a second (the pod pauses and probes), then the provider is back.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let worker = std::sync::Arc::new(worker(&pool, cfg).await);
+    let run = {
+        let worker = worker.clone();
+        tokio::spawn(async move { worker.run(Default::default()).await.unwrap() })
+    };
+    // Refused until the pod has deferred a row (it pauses and probes), then the provider is back.
+    until_some(Duration::from_secs(30), "a row deferred", || async {
+        (worker.stats().deferred >= 1).then_some(())
+    })
+    .await;
     let (_, fake, _task) = fake_provider::spawn(
         FakeConfig {
             latency_mean_ms: 50,

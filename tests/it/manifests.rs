@@ -86,8 +86,9 @@ fn every_configmap_key_is_a_variable_the_binary_reads() {
         })
         .collect();
     vars.push(("DATABASE_URL".into(), "postgres://u@h/db".into()));
-    campaign_sender::config::RunConfig::from_vars(vars.clone()).expect("ConfigMap is valid");
-    campaign_sender::config::DbConfig::from_vars(vars).expect("ConfigMap is valid");
+    use campaign_sender::config::{DbConfig, FromEnv, RunConfig};
+    RunConfig::from_vars(vars.clone()).expect("ConfigMap is valid");
+    DbConfig::from_vars(vars).expect("ConfigMap is valid");
 }
 
 #[test]

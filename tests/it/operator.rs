@@ -376,7 +376,7 @@ async fn serve_idles_while_paused_and_continues_by_itself_after_resume(pool: PgP
         ("IDLE_POLL_MS", "100"),
     ];
     let mut child = spawn_sender(&["serve"], &db, &env);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    until_idle(&pool, "serve-0").await;
     assert!(
         child.try_wait().unwrap().is_none(),
         "serve exited while paused"
@@ -416,10 +416,11 @@ async fn serve_waits_on_an_automatic_pause_instead_of_crash_looping(pool: PgPool
     let env = [
         ("CAMPAIGN_ID", CAMPAIGN),
         ("MAIL_URL", p.url.as_str()),
+        ("WORKER_ID", "serve-0"),
         ("IDLE_POLL_MS", "100"),
     ];
     let mut child = spawn_sender(&["serve"], &db, &env);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    until_idle(&pool, "serve-0").await;
     assert!(
         child.try_wait().unwrap().is_none(),
         "serve exited on an automatic pause"

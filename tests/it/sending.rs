@@ -79,7 +79,9 @@ async fn time_budget_leftovers_are_released_without_counting_an_attempt(pool: Pg
     let st = states(&pool).await;
     let sent = st.get("sent").copied().unwrap_or(0);
     let pending = st.get("pending").copied().unwrap_or(0);
-    assert!((1..=4).contains(&sent), "sent {sent}");
+    // 500 ms at 200 ms a request, one at a time: at most 3 answered and 1 in flight at the
+    // budget's end (fewer on a loaded machine), the rest released.
+    assert!(sent <= 4, "sent {sent} after the budget");
     assert_eq!(sent + pending, 20, "{st:?}");
     let counted: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM campaign_targets WHERE state = 'pending' AND (attempts <> 0 OR not_before IS NOT NULL OR last_error <> 'released')",
@@ -100,12 +102,16 @@ async fn a_cancelled_run_releases_unsent_rows_at_once(pool: PgPool) {
     cfg.send_concurrency = 2;
     let w = worker(&pool, cfg).await;
     let cancel = CancellationToken::new();
-    let c = cancel.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(350)).await;
-        c.cancel();
-    });
-    let report = w.run(cancel).await.unwrap();
+    let stop = async {
+        // SIGTERM once sending has begun: the whole batch is claimed, two requests in flight.
+        until_stats(&p, Duration::from_secs(30), "sending started", |s| {
+            s.delivered >= 1
+        })
+        .await;
+        cancel.cancel();
+    };
+    let (report, ()) = tokio::join!(w.run(cancel.clone()), stop);
+    let report = report.unwrap();
     assert_eq!(report.exit_code, 1);
     let st = states(&pool).await;
     assert_eq!(
@@ -243,13 +249,16 @@ async fn an_opt_out_committed_after_claim_but_before_send_stops_that_send(pool: 
     let w = worker(&pool, cfg).await;
     let opted_out = |m: i64| m > 30 || (11..=15).contains(&m);
     let opt_out = {
-        let pool = pool.clone();
+        let (pool, p) = (pool.clone(), &p);
         async move {
-            // The batch (all 40) is claimed at once and sent one at a time, 100 ms each; 300 ms
-            // in, opt out 31..=40 and 11..=15. The gate checks 16 rows at a time, so 11..=15
-            // were checked (and cleared) at the start: only a re-check within
-            // OPTOUT_RECHECK_MS of their send, a second later, can stop them.
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            // The batch (all 40) is claimed at once and sent one at a time, 100 ms each; after
+            // the third delivery, opt out 31..=40 and 11..=15. The gate checks 16 rows at a
+            // time, so 11..=15 were checked (and cleared) at the start: only a re-check within
+            // OPTOUT_RECHECK_MS of their send, 0.8 s later, can stop them.
+            until_stats(p, Duration::from_secs(30), "three delivered", |s| {
+                s.delivered >= 3
+            })
+            .await;
             sqlx::query(
                 "UPDATE campaign_targets SET opted_out_at = now()
                   WHERE member_id > 30 OR member_id BETWEEN 11 AND 15",
