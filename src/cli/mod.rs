@@ -22,7 +22,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use tracing::error;
 
-use crate::config::{ConfigError, DbConfig, RunConfig};
+use crate::config::{ConfigError, DbConfig, FromEnv, RunConfig};
 use crate::exit;
 use crate::store::connect::{self, wait_for_schema, SchemaWait};
 use crate::store::{Store, MIGRATOR};

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{positive, ConfigError, Secret};
+use super::{positive, ConfigError, FromEnv, Secret};
 
 /// How to reach PostgreSQL. Shared by every subcommand.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -19,19 +19,7 @@ pub struct DbConfig {
     pub db_connect_retry_s: u64,
 }
 
-impl DbConfig {
-    pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_vars(std::env::vars())
-    }
-
-    pub fn from_vars(
-        vars: impl IntoIterator<Item = (String, String)>,
-    ) -> Result<Self, ConfigError> {
-        let cfg: Self = envy::from_iter(vars).map_err(ConfigError::from_envy)?;
-        cfg.validate()?;
-        Ok(cfg)
-    }
-
+impl FromEnv for DbConfig {
     fn validate(&self) -> Result<(), ConfigError> {
         let url = self.database_url.expose();
         if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {

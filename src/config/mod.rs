@@ -18,6 +18,23 @@ use serde::{Deserialize, Serialize};
 pub use db::DbConfig;
 pub use run::RunConfig;
 
+/// A configuration read once from environment variables (envy: each field is the variable of
+/// its name, upper-cased) and checked before anything uses it.
+pub trait FromEnv: serde::de::DeserializeOwned {
+    /// Every check made at start; the first problem found names its variable.
+    fn validate(&self) -> Result<(), ConfigError>;
+
+    fn from_vars(vars: impl IntoIterator<Item = (String, String)>) -> Result<Self, ConfigError> {
+        let cfg: Self = envy::from_iter(vars).map_err(ConfigError::from_envy)?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    fn from_env() -> Result<Self, ConfigError> {
+        Self::from_vars(std::env::vars())
+    }
+}
+
 /// A value that must never reach a log line. `Debug`/`Display` print `[redacted]`.
 #[derive(Clone, Deserialize, PartialEq, Eq)]
 #[serde(transparent)]

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{positive, ConfigError, Secret};
+use super::{positive, ConfigError, FromEnv, Secret};
 use crate::outcome::RetryPolicy;
 
 /// What `campaign-sender run` needs besides the database.
@@ -169,18 +169,6 @@ mod defaults {
 }
 
 impl RunConfig {
-    pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_vars(std::env::vars())
-    }
-
-    pub fn from_vars(
-        vars: impl IntoIterator<Item = (String, String)>,
-    ) -> Result<Self, ConfigError> {
-        let cfg: Self = envy::from_iter(vars).map_err(ConfigError::from_envy)?;
-        cfg.validate()?;
-        Ok(cfg)
-    }
-
     /// A config with every default, for tests and tools that build one in code.
     pub fn with_defaults(campaign_id: &str, mail_url: &str) -> Self {
         let vars = [
@@ -188,14 +176,6 @@ impl RunConfig {
             ("MAIL_URL".to_string(), mail_url.to_string()),
         ];
         Self::from_vars(vars).expect("defaults are valid")
-    }
-
-    /// Every check made at start; the first problem found names its variable.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        self.validate_campaign_and_provider()?;
-        self.validate_sizes()?;
-        self.validate_rate()?;
-        self.validate_timing()
     }
 
     fn validate_campaign_and_provider(&self) -> Result<(), ConfigError> {
@@ -378,6 +358,16 @@ impl RunConfig {
             cap: Duration::from_millis(self.backoff_max_ms),
             retry_after_cap: Duration::from_secs(self.retry_after_max_s),
         }
+    }
+}
+
+impl FromEnv for RunConfig {
+    /// Every check made at start; the first problem found names its variable.
+    fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_campaign_and_provider()?;
+        self.validate_sizes()?;
+        self.validate_rate()?;
+        self.validate_timing()
     }
 }
 
