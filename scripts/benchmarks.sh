@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Every drain figure in docs/BENCHMARKS.md, in one go (about 14 minutes on 2 cores), on one
-# throwaway PostgreSQL. Each run prints its JSON line to target/benchmarks.jsonl, its summary to
-# stderr, and its chart to target/bench-<name>.svg. Everything on 127.0.0.1, every run bounded.
+# throwaway PostgreSQL. Each run appends its JSON line to target/benchmarks.jsonl (BENCH_OUT),
+# prints its summary on stderr, and draws target/bench-<name>.svg. Everything on 127.0.0.1,
+# every run bounded.
+#   scripts/benchmarks.sh                 # every run
+#   scripts/benchmarks.sh fleet-4w …      # only these
+# DRAIN=path/to/drain runs another build's harness (scripts/ab.sh does); BENCH_TAG labels its lines.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${DATABASE_URL:-}" ]; then
@@ -9,17 +13,18 @@ if [ -z "${DATABASE_URL:-}" ]; then
   cargo build --locked --release --workspace --bins
   exec scripts/with-pg.sh scripts/benchmarks.sh "$@"
 fi
-out=target/benchmarks.jsonl
-: >"$out"
-# Optional arguments: only the runs with these names (e.g. `scripts/benchmarks.sh fleet-4w`).
+out=${BENCH_OUT:-target/benchmarks.jsonl}
+drain=${DRAIN:-target/release/drain}
+tag=${BENCH_TAG:-$(git rev-parse --short HEAD 2>/dev/null || echo tree)}
+[ "${BENCH_APPEND:-0}" = 1 ] || : >"$out"
 only=" $* "
 run() {
   local name=$1; shift
   [ "$only" = "  " ] || [[ "$only" == *" $name "* ]] || return 0
-  echo "== $name: drain $*" >&2
+  echo "== $name ($tag): drain $*" >&2
   # A killed or stopped worker is expected in the kill and event runs; drain's own exit code says
   # if anything else failed.
-  target/release/drain --chart "target/bench-$name.svg" "$@" | sed "s/^{/{\"name\":\"$name\",/" >>"$out"
+  "$drain" --chart "target/bench-$name.svg" "$@" | sed "s/^{/{\"name\":\"$name\",\"build\":\"$tag\",/" >>"$out"
 }
 # Every worker is told the provider's whole limit (500/s) and they share it through PostgreSQL.
 run fleet-1w        --targets 30000 --workers 1 --faults none

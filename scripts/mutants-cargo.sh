@@ -1,28 +1,36 @@
 #!/usr/bin/env bash
-# `cargo mutants` (crates.io) over the Rust decision code that has unit tests of its own, against
-# the library's unit tests:
-#   src/outcome.rs     status classification, backoff, the retry budget, Retry-After, the address
-#                      check, the stored class names, the unreachable-provider pause
-#   src/pacer.rs       the quota and burst, grants that lapse, lowering, pauses, acquiring
-#   src/outage.rs      riding out a database outage: the waits, their cap, giving up at the limit
-#   src/rate_share.rs  the pure planning of a round (`plan_round`, `PodRow`): fair shares, the
-#                      handover second, AIMD, expiry. The coordinator's database round trips
-#                      and its inputs (`Coordinator::*`, `limits_of_campaign`, `members`, `Signals::*`) are
-#                      excluded here: only the integration tests reach them, and
-#                      scripts/mutants-sql.sh breaks them by hand.
-# Fails if any mutant survives. A mutant that makes a test hang is cut at --timeout and counted
-# as caught (the suite did not pass). Installs cargo-mutants if it is missing.
-#   scripts/mutants-cargo.sh   # ~25 min on 2 cores (a ~2.5-min baseline build, then ~8 s a mutant),
-#                              # + ~3.5 min the first time to install cargo-mutants
-# Runs in a copy of the tree with target/ copied, so the working tree is never touched.
+# `cargo mutants` (crates.io) over the Rust that decides without a database, against the
+# library's unit tests:
+#   src/outcome.rs        status classification, backoff, the retry budget, Retry-After, the
+#                         address check, the stored class names, the unreachable pause, when to
+#                         count failures
+#   src/rate/plan.rs      the pure round: fair shares, the handover second, AIMD, expiry
+#   src/rate/pacer.rs     the quota and burst, grants that lapse, lowering, pauses, acquiring
+#   src/store/outage.rs   the one database retry rule: the waits, their cap, giving up at the limit
+#   src/exit.rs           the one exit-code rule
+# (`retrying`, the rule applied to a statement, is judged by the integration tests:
+# scripts/mutants-it.sh.) Fails if any mutant survives; a mutant that makes a test hang is cut
+# at --timeout and counted caught (the suite did not pass).
+#   scripts/mutants-cargo.sh                 # every mutant (~25 min on 2 cores)
+#   scripts/mutants-cargo.sh --in-diff REV   # only mutants on lines changed since git revision REV (CI)
+# Installs cargo-mutants if it is missing (~3.5 min). Works on a copy of the tree (target/ copied).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+files=(src/outcome.rs src/rate/plan.rs src/rate/pacer.rs src/store/outage.rs src/exit.rs)
+args=()
+if [ "${1:-}" = --in-diff ]; then
+  diff=target/mutants-cargo.diff
+  mkdir -p target
+  git diff "${2:?--in-diff needs a git revision}" -- "${files[@]}" >"$diff"
+  if [ ! -s "$diff" ]; then echo "cargo mutants: nothing changed in ${files[*]} since $2"; exit 0; fi
+  args+=(--in-diff "$diff")
+fi
 command -v cargo-mutants >/dev/null || cargo install cargo-mutants --locked --version 27.1.0
 out=target/mutants-cargo
 rm -rf "$out" && mkdir -p "$out"
+for f in "${files[@]}"; do args+=(--file "$f"); done
 rc=0
 # -C --lib: build and run only the library's unit-test binary for each mutant.
-cargo mutants --file src/outcome.rs --file src/pacer.rs --file src/outage.rs --file src/rate_share.rs \
-  --exclude-re 'Coordinator::|limits_of_campaign|Signals::|members' \
+cargo mutants "${args[@]}" -p campaign-sender --exclude-re 'outage::retrying|replace retrying' \
   --copy-target=true --timeout 20 --build-timeout 900 -C --lib --output "$out" || rc=$?
-exec scripts/mutants-report.sh "$out" "$rc" "cargo mutants"
+exec scripts/mutants-report.sh "$out" "$rc" "cargo mutants (unit)"
