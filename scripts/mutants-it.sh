@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# `cargo mutants` (crates.io) over the Rust only the integration suite can judge — the pipeline
-# (src/worker/), the statements (src/store/), the coordinator's rounds, connecting, the
-# operator commands — against `tests/it` (real PostgreSQL, worker processes), on a throwaway
-# PostgreSQL of its own (scripts/with-pg.sh) unless DATABASE_URL is set. Fails if any mutant
-# survives; a mutant that makes a test hang is cut and counted caught.
-#   scripts/mutants-it.sh --in-diff REV         # mutants on lines changed since git revision REV (CI)
+# `cargo mutants` (crates.io) over the safety-critical Rust only the integration suite can judge
+# — the pipeline (src/worker/), the work queue's and the kill switch's statements, the retry
+# rule and connecting (src/store/), the coordinator's rounds, the provider client — against
+# `tests/it` (real PostgreSQL, worker processes), on a throwaway PostgreSQL of its own
+# (scripts/with-pg.sh) unless DATABASE_URL is set. Fails if any mutant survives; a mutant that
+# makes a test hang is cut and counted caught. (The operator commands' wording and parsing are
+# guarded by the hand-written mutations of scripts/mutations.txt and by process tests.)
+#   scripts/mutants-it.sh --in-diff REV         # mutants on lines of the core changed since REV (CI)
 #   scripts/mutants-it.sh src/worker/finish.rs  # every mutant of these files (by hand: ~1 min a mutant)
 #   MUTANTS_RE='Store::claim' MUTANTS_TESTS='claim:: sending::' scripts/mutants-it.sh src/store/targets.rs
 # MUTANTS_TESTS narrows the tests (nextest filters: substrings of `module::test`); a mutant caught
@@ -17,12 +19,15 @@ cd "$(dirname "$0")/.."
 if [ -z "${DATABASE_URL:-}" ]; then exec scripts/with-pg.sh "$0" "$@"; fi
 # The files scripts/mutants-cargo.sh judges with the unit tests are left to it.
 unit=(src/outcome.rs src/rate/plan.rs src/rate/pacer.rs src/exit.rs src/main.rs)
+# The safety-critical core.
+core=(src/worker src/store/targets.rs src/store/campaigns.rs src/store/rate.rs src/store/outage.rs
+  src/store/connect.rs src/rate/coordinator.rs src/provider.rs)
 args=(--test-tool=nextest --copy-target=true --timeout "${MUTANTS_TIMEOUT:-300}" --build-timeout 900
   -p campaign-sender -C --test=it)
 if [ "${1:-}" = --in-diff ]; then
   diff=target/mutants-it.diff
   mkdir -p target
-  git diff "${2:?--in-diff needs a git revision}" -- src "${unit[@]/#/:!}" >"$diff"
+  git diff "${2:?--in-diff needs a git revision}" -- "${core[@]}" >"$diff"
   if [ ! -s "$diff" ]; then echo "cargo mutants: nothing the integration suite judges changed since $2"; exit 0; fi
   args+=(--in-diff "$diff")
   shift 2

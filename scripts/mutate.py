@@ -33,10 +33,12 @@ def load(path):
     return out
 
 
-def span(text, item):
-    """(start, end) character offsets of the item named `item` in `text`, or None."""
+def spans(text, item):
+    """(start, end) character offsets of every item named `item` in `text` (several when, say, two
+    impls each have a `fn new`)."""
     lines = text.split("\n")
     pat = re.compile(ITEM_START.format(name=re.escape(item)))
+    out = []
     for i, line in enumerate(lines):
         m = pat.match(line)
         if not m:
@@ -54,12 +56,11 @@ def span(text, item):
                 if lines[j].rstrip().endswith(";"):
                     end = j
                     break
-        if end is None:
-            return None
-        start_off = sum(len(l) + 1 for l in lines[:i])
-        end_off = sum(len(l) + 1 for l in lines[: end + 1])
-        return start_off, end_off
-    return None
+        if end is not None:
+            start_off = sum(len(l) + 1 for l in lines[:i])
+            end_off = sum(len(l) + 1 for l in lines[: end + 1])
+            out.append((start_off, end_off))
+    return out
 
 
 def fragment_re(old):
@@ -67,21 +68,24 @@ def fragment_re(old):
 
 
 def locate(text, item, old):
-    """(start, end) of the one occurrence of `old` inside `item`; raises ValueError otherwise."""
-    s = span(text, item)
-    if s is None:
+    """(start, end) of the one occurrence of `old` inside the items named `item`; raises
+    ValueError otherwise."""
+    ss = spans(text, item)
+    if not ss:
         raise ValueError(f"item {item!r} not found")
-    body = text[s[0] : s[1]]
-    found = list(fragment_re(old).finditer(body))
+    found = [
+        (a + m.start(), a + m.end())
+        for a, b in ss
+        for m in fragment_re(old).finditer(text[a:b])
+    ]
     if len(found) != 1:
         raise ValueError(f"fragment found {len(found)} times in {item!r}: {old!r}")
-    m = found[0]
-    return s[0] + m.start(), s[0] + m.end()
+    return found[0]
 
 
 def normalized_item(text, item):
-    s = span(text, item)
-    return None if s is None else " ".join(text[s[0] : s[1]].split())
+    ss = spans(text, item)
+    return None if not ss else " ".join(" ".join(text[a:b].split()) for a, b in ss)
 
 
 def main():

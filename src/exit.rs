@@ -21,12 +21,19 @@ pub const TOO_MANY_FAILURES: u8 = 2;
 /// the pause was seen. `campaign-sender resume` and a rerun continue. A Job fails on it
 /// (podFailurePolicy) instead of retrying a pod that would stop again at once.
 pub const PAUSED: u8 = 3;
-/// `import`: the input has invalid or repeated lines, and nothing was imported.
+/// An operator command named a campaign that does not exist (no targets, no settings row);
+/// nothing was changed. (The same number as [`INCOMPLETE`]: they never come from one command.)
+pub const UNKNOWN_CAMPAIGN: u8 = 1;
+/// `import`: the input has invalid or repeated lines, or no records, and nothing was imported.
 pub const DATA_ERROR: u8 = 65;
 /// `import`: the input file cannot be opened.
 pub const NO_INPUT: u8 = 66;
-/// The database stayed unreachable (at start or mid-run) longer than `DB_CONNECT_RETRY_S`.
+/// The database stayed unreachable (at start or mid-run) longer than `DB_CONNECT_RETRY_S`, or
+/// refused the login; an operator command is told at once what waiting cannot heal.
 pub const DATABASE_UNAVAILABLE: u8 = 75;
+/// The role in `DATABASE_URL` lacks a grant docs/roles.sql gives it (sysexits' NOPERM); the
+/// line names the table and the grant.
+pub const NO_PERMISSION: u8 = 77;
 /// Bad configuration; one line on stderr names the variable.
 pub const CONFIG: u8 = 78;
 

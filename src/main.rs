@@ -4,7 +4,7 @@
 
 use clap::Parser;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::warn;
 
 use campaign_sender::cli::{self, Cli};
 use campaign_sender::exit;
@@ -31,7 +31,6 @@ fn shutdown_on_signals() -> CancellationToken {
     let t = token.clone();
     tokio::spawn(async move {
         signal().await;
-        info!("shutdown requested: finishing what is in flight, then stopping");
         t.cancel();
         signal().await;
         warn!("second signal: exiting now; unwritten rows return after their lease");

@@ -6,6 +6,8 @@
 //! last provider status and error class stored per row). [`render`] draws it for a terminal,
 //! [`one_line`] for a log or a pipe; the struct itself serialises for `--json`.
 
+use std::fmt::Write as _;
+
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::PgPool;
@@ -36,6 +38,8 @@ pub struct Status {
     pub template: String,
     /// `failed` rows allowed before a run stops with exit 2 (and pauses the campaign).
     pub failure_budget: i64,
+    /// The share of the campaign the budget is (the settings row's, else the default).
+    pub failure_ratio: f64,
     pub limits: Vec<KeyState>,
     /// Top (status, class) among `failed` rows.
     pub failures: Vec<Reason>,
@@ -86,6 +90,9 @@ pub async fn gather(
         eta_s: eta_s(remaining, rate),
         done: c.total > 0 && remaining == 0,
         failure_budget: settings.failure_budget(c.total, default_ratio),
+        failure_ratio: settings
+            .max_permanent_failure_ratio
+            .unwrap_or(default_ratio),
         paused: settings.pause,
         template: settings.template,
         limits,
@@ -140,8 +147,6 @@ pub fn render(s: &Status) -> String {
     o
 }
 
-use std::fmt::Write as _;
-
 fn render_state(o: &mut String, s: &Status) {
     let _ = writeln!(o, "campaign   {} (template {})", s.campaign_id, s.template);
     match &s.paused {
@@ -173,8 +178,8 @@ fn render_counts(o: &mut String, s: &Status) {
     let c = &s.progress.counts;
     let _ = writeln!(
         o,
-        "targets    {} total: {} sent, {} failed (budget {}), {} pending ({} waiting to retry), {} sending, {} opted out",
-        c.total, c.sent, c.failed, s.failure_budget, c.pending, s.progress.retry_waiting, c.sending, c.opted_out
+        "targets    {} total: {} sent, {} failed ({}), {} pending ({} waiting to retry), {} sending, {} opted out",
+        c.total, c.sent, c.failed, budget(s), c.pending, s.progress.retry_waiting, c.sending, c.opted_out
     );
     let eta = match s.eta_s {
         Some(e) if !s.done => format!(", ETA {}", duration(e)),
@@ -185,6 +190,18 @@ fn render_counts(o: &mut String, s: &Status) {
         "rate       {:.1}/s over the last minute ({} delivered){eta}",
         s.rate_per_s, s.progress.sent_last_minute
     );
+}
+
+/// The failure budget in words: "budget 12 = 1 % of 1200", or, for a campaign too small for
+/// its ratio to allow one row, that any failure stops a run.
+fn budget(s: &Status) -> String {
+    let pct = s.failure_ratio * 100.0;
+    let total = s.progress.counts.total;
+    if s.failure_budget == 0 {
+        format!("any failure stops a run: {pct} % of {total} is less than one row")
+    } else {
+        format!("budget {} = {pct} % of {total}", s.failure_budget)
+    }
 }
 
 /// Each rate-limit key the campaign's pods send under, with every live pod of the key.
@@ -260,6 +277,35 @@ mod tests {
         assert_eq!(eta_s(1000, 500.0), Some(2.0));
         assert_eq!(eta_s(1000, 0.0), None);
         assert_eq!(eta_s(0, 0.0), Some(0.0));
+    }
+
+    #[test]
+    fn a_budget_too_small_for_one_row_says_any_failure_stops_a_run() {
+        let mut s = Status {
+            campaign_id: "c".into(),
+            at: Utc::now(),
+            known: true,
+            progress: progress(0, None),
+            remaining: 0,
+            rate_per_s: 0.0,
+            eta_s: None,
+            done: false,
+            paused: None,
+            template: "c".into(),
+            failure_budget: 0,
+            failure_ratio: 0.01,
+            limits: vec![],
+            failures: vec![],
+            retrying: vec![],
+        };
+        s.progress.counts.total = 50;
+        assert_eq!(
+            budget(&s),
+            "any failure stops a run: 1 % of 50 is less than one row"
+        );
+        s.progress.counts.total = 1200;
+        s.failure_budget = 12;
+        assert_eq!(budget(&s), "budget 12 = 1 % of 1200");
     }
 
     #[test]

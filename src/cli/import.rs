@@ -13,17 +13,26 @@ use indicatif::{ProgressBar, ProgressStyle};
 use sqlx::PgPool;
 use tracing::error;
 
+use super::Db;
 use crate::exit;
 use crate::import::{self, ImportError, ImportProgress, ImportReport, LineError};
 
 /// How often progress is written when stderr is not a terminal.
 const PLAIN_PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
+/// How the input is written (`--delimiter`, `--allow-empty`).
+pub(super) struct How {
+    pub(super) delimiter: u8,
+    pub(super) allow_empty: bool,
+}
+
 pub(super) async fn import_cmd(
     pool: &PgPool,
+    db: &Db<'_>,
     campaign_id: &str,
     file: Option<PathBuf>,
     skip_invalid: Option<PathBuf>,
+    how: How,
 ) -> u8 {
     if campaign_id.trim().is_empty() {
         eprintln!("--campaign must not be empty");
@@ -40,7 +49,12 @@ pub(super) async fn import_cmd(
     let progress = Arc::new(ImportProgress::default());
     let shown = show_progress(progress.clone(), total_bytes);
     let opts = pool.connect_options().as_ref().clone();
-    let result = import::import(&opts, campaign_id, input, rejects, progress).await;
+    let source = import::Source {
+        input,
+        delimiter: how.delimiter,
+        allow_empty: how.allow_empty,
+    };
+    let result = import::import(&opts, campaign_id, source, rejects, progress).await;
     shown.abort();
     let _ = shown.await;
     match result {
@@ -52,13 +66,17 @@ pub(super) async fn import_cmd(
             print_rejected(errors, report);
             exit::DATA_ERROR
         }
+        Err(e @ ImportError::NoRecords) => {
+            eprintln!("{e}");
+            exit::DATA_ERROR
+        }
         Err(e @ (ImportError::Input(_) | ImportError::Rejects(_))) => {
             eprintln!("{e}; nothing was imported");
             exit::NO_INPUT
         }
-        Err(e @ ImportError::Database(_)) => {
-            error!(error = %e, "import failed");
-            exit::DATABASE_UNAVAILABLE
+        Err(ImportError::Database(e)) => {
+            error!("the import was rolled back: nothing was imported (a rerun is safe)");
+            db.report(&e)
         }
     }
 }

@@ -1,27 +1,48 @@
 //! The operator commands: `import`, `status`, `pause`, `resume`, `retry-failed` and `configure`.
 //! Each one does its work through the library ([`crate::store`], [`crate::import`],
 //! [`crate::status`]), prints what happened and returns the exit code; a database error ends it
-//! through [`connect::report`]. Output never contains an address.
+//! through [`super::Db::report`]. Output never contains an address.
+//!
+//! Every command but `import` refuses a campaign that does not exist (no targets, no settings
+//! row) and changes nothing: a typo in `pause --campaign` must not report success while the real
+//! campaign keeps sending.
 
 use std::time::Duration;
 
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use super::Command;
+use super::{Command, Db};
 use crate::exit;
-use crate::store::campaigns;
-use crate::store::connect;
+use crate::store::campaigns::{self, Pause};
 use crate::store::{RetryFilter, Store};
 
 /// Runs one operator command on a pool over a migrated database.
-pub async fn dispatch(cmd: Command, pool: &PgPool, shutdown: CancellationToken) -> u8 {
+pub async fn dispatch(cmd: Command, pool: &PgPool, db: &Db<'_>, shutdown: CancellationToken) -> u8 {
+    if let Some((campaign, create)) = named_campaign(&cmd) {
+        match known(pool, campaign, create).await {
+            Ok(None) => {}
+            Ok(Some(refusal)) => {
+                eprintln!("{refusal}");
+                return exit::UNKNOWN_CAMPAIGN;
+            }
+            Err(e) => return db.report(&e),
+        }
+    }
     let result = match cmd {
         Command::Import {
             campaign,
             file,
             skip_invalid,
-        } => return super::import::import_cmd(pool, &campaign, file, skip_invalid).await,
+            delimiter,
+            allow_empty,
+        } => {
+            let how = super::import::How {
+                delimiter,
+                allow_empty,
+            };
+            return super::import::import_cmd(pool, db, &campaign, file, skip_invalid, how).await;
+        }
         Command::Status {
             campaign,
             watch,
@@ -31,10 +52,12 @@ pub async fn dispatch(cmd: Command, pool: &PgPool, shutdown: CancellationToken) 
         } => {
             let interval = Duration::from_millis(interval_ms.max(100));
             let ratio = max_permanent_failure_ratio;
-            return super::status::status_cmd(
-                pool, &campaign, watch, json, interval, ratio, shutdown,
-            )
-            .await;
+            let watch = super::status::Watch {
+                watch,
+                json,
+                interval,
+            };
+            return super::status::status_cmd(pool, db, &campaign, watch, ratio, shutdown).await;
         }
         Command::Pause { campaign, reason } => pause(pool, &campaign, reason.as_deref()).await,
         Command::Resume { campaign } => resume(pool, &campaign).await,
@@ -56,6 +79,7 @@ pub async fn dispatch(cmd: Command, pool: &PgPool, shutdown: CancellationToken) 
             campaign,
             template,
             max_permanent_failure_ratio,
+            create: _,
         } => {
             configure(
                 pool,
@@ -69,22 +93,94 @@ pub async fn dispatch(cmd: Command, pool: &PgPool, shutdown: CancellationToken) 
     };
     match result {
         Ok(()) => exit::DONE,
-        Err(e) => connect::report(&e),
+        Err(e) => db.report(&e),
     }
+}
+
+/// The campaign a command names and must find (with `configure --create`, may create); `None`
+/// for `import`, which loads new campaigns.
+fn named_campaign(cmd: &Command) -> Option<(&str, bool)> {
+    match cmd {
+        Command::Import { .. } => None,
+        Command::Status { campaign, .. }
+        | Command::Pause { campaign, .. }
+        | Command::Resume { campaign }
+        | Command::RetryFailed { campaign, .. } => Some((campaign, false)),
+        Command::Configure {
+            campaign, create, ..
+        } => Some((campaign, *create)),
+        Command::Migrate | Command::Run | Command::Serve => None,
+    }
+}
+
+/// `None` if the campaign exists (or may be created); else what to tell the operator: "no
+/// campaign 'sprng-sale' (known: spring-sale, …; did you mean spring-sale?)".
+async fn known(pool: &PgPool, campaign: &str, create: bool) -> Result<Option<String>, sqlx::Error> {
+    if create || campaigns::exists(pool, campaign).await? {
+        return Ok(None);
+    }
+    let names = campaigns::names(pool).await?;
+    Ok(Some(unknown_campaign(campaign, &names)))
+}
+
+/// The refusal of an unknown campaign, with the known ones and the closest of them.
+pub fn unknown_campaign(campaign: &str, names: &[String]) -> String {
+    const SHOWN: usize = 10;
+    let known = if names.is_empty() {
+        "none yet: `import` loads one".to_string()
+    } else {
+        let mut k = names
+            .iter()
+            .take(SHOWN)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ");
+        if names.len() > SHOWN {
+            k += &format!(", … {} more", names.len() - SHOWN);
+        }
+        format!("known: {k}")
+    };
+    let closest = names
+        .iter()
+        .map(|n| (strsim::levenshtein(campaign, n), n))
+        .filter(|(d, n)| *d <= (n.chars().count() / 3).max(2))
+        .min();
+    let hint = closest
+        .map(|(_, n)| format!("; did you mean {n}?"))
+        .unwrap_or_default();
+    format!("no campaign '{campaign}' ({known}{hint}); nothing changed")
 }
 
 fn at(t: &chrono::DateTime<chrono::Utc>) -> String {
     t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
 }
 
+fn said(p: &Pause) -> String {
+    p.reason
+        .as_ref()
+        .map(|r| format!(" ({r})"))
+        .unwrap_or_default()
+}
+
 async fn pause(pool: &PgPool, campaign: &str, reason: Option<&str>) -> Result<(), sqlx::Error> {
     let p = campaigns::pause(pool, campaign, campaigns::BY_OPERATOR, reason).await?;
-    println!(
-        "{campaign}: paused since {} by {}{}. Running pods stop within a second; `resume` lifts it.",
-        at(&p.at),
-        p.by,
-        p.reason.map(|r| format!(" ({r})")).unwrap_or_default()
-    );
+    let ours = p.by == campaigns::BY_OPERATOR && p.reason.as_deref() == reason;
+    if ours {
+        println!(
+            "{campaign}: paused since {} by {}{}. Running pods stop within a second; `resume` lifts it.",
+            at(&p.at),
+            p.by,
+            said(&p)
+        );
+    } else {
+        // The first pause wins: its reason is the one `status` shows.
+        println!(
+            "{campaign}: already paused since {} by {}{}; that pause stays, your reason was not recorded. `resume` lifts it.",
+            at(&p.at),
+            p.by,
+            said(&p)
+        );
+    }
     Ok(())
 }
 
@@ -114,6 +210,9 @@ async fn retry_failed(
     } else {
         println!("{campaign}: {n} failed rows put back to pending with attempts reset");
     }
+    if n == 0 {
+        return Ok(());
+    }
     // (The rows are back either way: a failed look at the pause only leaves the hint out.)
     if let Ok(Some(p)) = campaigns::paused(pool, campaign).await {
         println!(
@@ -140,4 +239,25 @@ async fn configure(
             .unwrap_or_else(|| "MAX_PERMANENT_FAILURE_RATIO".into())
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_campaign_is_refused_with_the_known_ones_and_the_closest() {
+        let names: Vec<String> = ["autumn-sale", "spring-sale", "winter-sale"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(
+            unknown_campaign("sprng-sale", &names),
+            "no campaign 'sprng-sale' (known: autumn-sale, spring-sale, winter-sale; did you mean spring-sale?); nothing changed"
+        );
+        let far = unknown_campaign("newsletter", &names);
+        assert!(!far.contains("did you mean"), "{far}");
+        assert!(unknown_campaign("x", &[]).contains("none yet"));
+        let many: Vec<String> = (0..15).map(|i| format!("c{i:02}")).collect();
+        assert!(unknown_campaign("zzz", &many).contains("… 5 more"));
+    }
 }

@@ -9,19 +9,31 @@ use indicatif::{ProgressBar, ProgressStyle};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
+use super::Db;
 use crate::exit;
 use crate::status;
-use crate::store::connect;
+
+/// How `status` shows the campaign.
+pub(super) struct Watch {
+    /// Redraw every `interval` until done.
+    pub(super) watch: bool,
+    pub(super) json: bool,
+    pub(super) interval: Duration,
+}
 
 pub(super) async fn status_cmd(
     pool: &PgPool,
+    db: &Db<'_>,
     campaign_id: &str,
-    watch: bool,
-    json: bool,
-    interval: Duration,
+    how: Watch,
     ratio: f64,
     cancel: CancellationToken,
 ) -> u8 {
+    let Watch {
+        watch,
+        json,
+        interval,
+    } = how;
     let tty = std::io::stdout().is_terminal() && !json;
     let bar = (watch && tty).then(|| {
         ProgressBar::new(0).with_style(
@@ -32,12 +44,8 @@ pub(super) async fn status_cmd(
     loop {
         let s = match status::gather(pool, campaign_id, ratio).await {
             Ok(s) => s,
-            Err(e) => return connect::report(&e),
+            Err(e) => return db.report(&e),
         };
-        if !s.known {
-            eprintln!("{campaign_id}: no such campaign (no targets and no settings row); `import` loads one");
-            return 1;
-        }
         let c = &s.progress.counts;
         match &bar {
             Some(bar) => {

@@ -182,19 +182,7 @@ impl RunConfig {
         if self.campaign_id.trim().is_empty() {
             return Err(ConfigError::new("CAMPAIGN_ID", "must not be empty"));
         }
-        match reqwest::Url::parse(&self.mail_url) {
-            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
-            Ok(u) => {
-                return Err(ConfigError::new(
-                    "MAIL_URL",
-                    format!(
-                        "scheme {:?} is not http or https, or the host is missing",
-                        u.scheme()
-                    ),
-                ))
-            }
-            Err(e) => return Err(ConfigError::new("MAIL_URL", format!("is not a URL ({e})"))),
-        }
+        check_mail_url(&self.mail_url)?;
         if self
             .mail_api_key
             .as_ref()
@@ -361,6 +349,47 @@ impl RunConfig {
     }
 }
 
+/// `MAIL_URL` is an `http://` or `https://` URL with a host. A value without a scheme
+/// (`127.0.0.1:18080/v1/send`, `localhost:18080/v1/send`) is the common mistake: the message
+/// says what to add, quoting the value with any credentials in it masked.
+fn check_mail_url(url: &str) -> Result<(), ConfigError> {
+    let scheme_ok = url.starts_with("http://") || url.starts_with("https://");
+    if !scheme_ok {
+        return Err(ConfigError::new(
+            "MAIL_URL",
+            format!(
+                "must start with http:// or https:// (got '{}')",
+                masked_url(url)
+            ),
+        ));
+    }
+    match reqwest::Url::parse(url) {
+        Ok(u) if u.host().is_some() => Ok(()),
+        Ok(_) => Err(ConfigError::new(
+            "MAIL_URL",
+            format!("has no host (got '{}')", masked_url(url)),
+        )),
+        Err(e) => Err(ConfigError::new(
+            "MAIL_URL",
+            format!("is not a URL: {e} (got '{}')", masked_url(url)),
+        )),
+    }
+}
+
+/// `url` with anything before an `@` in its authority (a user and password) replaced.
+fn masked_url(url: &str) -> String {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((s, r)) => (format!("{s}://"), r),
+        None => (String::new(), url),
+    };
+    let end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(end);
+    match authority.rfind('@') {
+        Some(i) => format!("{scheme}[redacted]@{}{path}", &authority[i + 1..]),
+        None => url.to_string(),
+    }
+}
+
 impl FromEnv for RunConfig {
     /// Every check made at start; the first problem found names its variable.
     fn validate(&self) -> Result<(), ConfigError> {
@@ -472,6 +501,25 @@ mod tests {
             !err.to_string().contains("mysql://h/db"),
             "a secret printed: {err}"
         );
+    }
+
+    #[test]
+    fn a_mail_url_without_a_scheme_says_what_to_add_and_never_shows_credentials() {
+        for (value, shown) in [
+            ("127.0.0.1:18080/v1/send", "'127.0.0.1:18080/v1/send'"),
+            ("localhost:18080/v1/send", "'localhost:18080/v1/send'"),
+            ("ftp://x/y", "'ftp://x/y'"),
+            ("user:pw@mail.example/v1", "'[redacted]@mail.example/v1'"),
+        ] {
+            let err = RunConfig::from_vars(vars(&[("MAIL_URL", value)])).unwrap_err();
+            assert_eq!(err.var, "MAIL_URL");
+            assert_eq!(
+                err.problem,
+                format!("must start with http:// or https:// (got {shown})")
+            );
+        }
+        let err = RunConfig::from_vars(vars(&[("MAIL_URL", "https://u:secret@/x")])).unwrap_err();
+        assert!(!err.to_string().contains("secret"), "{err}");
     }
 
     #[test]

@@ -184,6 +184,7 @@ enum Next {
 /// after a bad line, so that repeats can still be reported before nothing is imported).
 pub(super) fn read_input(
     input: Box<dyn Read + Send>,
+    delimiter: u8,
     rejects: Option<Rejects>,
     tx: mpsc::Sender<Vec<u8>>,
     progress: Arc<ImportProgress>,
@@ -191,6 +192,7 @@ pub(super) fn read_input(
     let mut rdr = csv::ReaderBuilder::new()
         .has_headers(false)
         .flexible(true)
+        .delimiter(delimiter)
         .trim(csv::Trim::All)
         .from_reader(Counting {
             inner: input,
@@ -223,7 +225,7 @@ pub(super) fn read_input(
         }
         let c = match cols {
             Some(c) => c,
-            None => match first_record(&fields, line)? {
+            None => match first_record(&fields, line, delimiter)? {
                 Some(header) => {
                     cols = Some(header);
                     continue;
@@ -270,19 +272,67 @@ fn next_record<R: Read>(
 }
 
 /// The first non-blank record: a header (its columns), or data (`None`: positional columns).
-/// A header without an `email` column rejects the whole file.
-fn first_record(fields: &[&str], line: u64) -> Result<Option<Columns>, ImportError> {
-    match Columns::from_header(fields) {
-        Some(Ok(c)) => Ok(Some(c)),
-        Some(Err(reason)) => Err(ImportError::Rejected {
+/// The whole file is refused, naming what was expected, when the first record shows it cannot
+/// be read: fields separated by another character than `delimiter`, or a header without a
+/// `member_id` or `email` column.
+fn first_record(fields: &[&str], line: u64, delimiter: u8) -> Result<Option<Columns>, ImportError> {
+    let refuse = |reason: String| {
+        Err(ImportError::Rejected {
             errors: vec![LineError { line, reason }],
             report: ImportReport {
                 invalid: 1,
                 ..Default::default()
             },
-        }),
+        })
+    };
+    if let Some(other) = other_separator(fields, delimiter) {
+        return refuse(format!(
+            "the fields are separated by {}, not {}: pass --delimiter {}",
+            shown_separator(other),
+            shown_separator(delimiter),
+            flag_separator(other)
+        ));
+    }
+    match Columns::from_header(fields) {
+        Some(Ok(c)) => Ok(Some(c)),
+        Some(Err(reason)) => refuse(reason),
+        None if looks_like_a_header(fields) => refuse(format!(
+            "a header without a member_id column: expected member_id,email (found {})",
+            fields.join(&char::from(delimiter).to_string())
+        )),
         None => Ok(None),
     }
+}
+
+/// The separator a one-field record was really written with, if it holds one of the usual
+/// others (`;`, a tab, `,`).
+fn other_separator(fields: &[&str], delimiter: u8) -> Option<u8> {
+    let [only] = fields else { return None };
+    [b';', b'\t', b',', b'|']
+        .into_iter()
+        .find(|c| *c != delimiter && only.as_bytes().contains(c))
+}
+
+fn shown_separator(c: u8) -> String {
+    match c {
+        b'\t' => "tabs".into(),
+        c => format!("'{}'", char::from(c)),
+    }
+}
+
+fn flag_separator(c: u8) -> String {
+    match c {
+        b'\t' => "tab".into(),
+        c => format!("'{}'", char::from(c)),
+    }
+}
+
+/// Words, not data: no field is a number or an address (so echoing them shows no personal data).
+fn looks_like_a_header(fields: &[&str]) -> bool {
+    fields.len() > 1
+        && fields
+            .iter()
+            .all(|f| !f.contains('@') && f.parse::<i64>().is_err() && !f.is_empty())
 }
 
 #[cfg(test)]
@@ -329,6 +379,49 @@ mod tests {
         assert!(matches!(
             Columns::from_header(&["member_id", "mail"]),
             Some(Err(_))
+        ));
+    }
+
+    fn refusal(fields: &[&str], delimiter: u8) -> String {
+        match first_record(fields, 1, delimiter) {
+            Err(ImportError::Rejected { errors, .. }) => errors[0].reason.clone(),
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn another_separator_is_named_with_the_flag_that_reads_it() {
+        assert_eq!(
+            refusal(&["member_id;email"], b','),
+            "the fields are separated by ';', not ',': pass --delimiter ';'"
+        );
+        assert_eq!(
+            refusal(&["1\ta@example.com"], b','),
+            "the fields are separated by tabs, not ',': pass --delimiter tab"
+        );
+        assert!(refusal(&["1,a@example.com"], b';').contains("pass --delimiter ','"));
+        // Read with the right one, the same lines are fine.
+        assert!(matches!(
+            first_record(&["member_id", "email"], 1, b';'),
+            Ok(Some(_))
+        ));
+    }
+
+    #[test]
+    fn a_header_without_member_id_names_the_header_expected_but_data_is_not_a_header() {
+        assert_eq!(
+            refusal(&["id", "email"], b','),
+            "a header without a member_id column: expected member_id,email (found id,email)"
+        );
+        // Data whose id is not a number is a bad line (reported by check_record), and an
+        // address is never echoed as if it were a header.
+        assert!(matches!(
+            first_record(&["x", "a@example.com"], 1, b','),
+            Ok(None)
+        ));
+        assert!(matches!(
+            first_record(&["7", "a@example.com"], 1, b','),
+            Ok(None)
         ));
     }
 

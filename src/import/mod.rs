@@ -74,12 +74,23 @@ pub enum ImportError {
         errors: Vec<LineError>,
         report: ImportReport,
     },
+    #[error("no records in the input (an empty file, or only a header); nothing was imported. Pass --allow-empty if that is what you meant")]
+    NoRecords,
     #[error("cannot read the input: {0}")]
     Input(#[source] std::io::Error),
     #[error("cannot write the rejects file: {0}")]
     Rejects(#[source] std::io::Error),
     #[error("database error; nothing was imported (a rerun is safe): {0}")]
     Database(#[from] sqlx::Error),
+}
+
+/// What to import: the CSV and how it is written.
+pub struct Source {
+    pub input: Box<dyn Read + Send>,
+    /// The field separator (`,` unless `--delimiter` says otherwise).
+    pub delimiter: u8,
+    /// An input with no records is accepted (`--allow-empty`) instead of refused.
+    pub allow_empty: bool,
 }
 
 /// Where an import is, for a progress bar or periodic lines.
@@ -133,7 +144,7 @@ impl ImportProgress {
 pub async fn import(
     opts: &PgConnectOptions,
     campaign_id: &str,
-    input: Box<dyn Read + Send>,
+    source: Source,
     rejects: Option<Box<dyn Write + Send>>,
     progress: Arc<ImportProgress>,
 ) -> Result<ImportReport, ImportError> {
@@ -142,7 +153,11 @@ pub async fn import(
     let mut tx = conn.begin().await?;
     sql::create_staging(&mut tx).await?;
     let skipping = rejects.is_some();
-    let mut read = stage(&mut tx, input, rejects_writer(rejects)?, &progress).await?;
+    let allow_empty = source.allow_empty;
+    let mut read = stage(&mut tx, source, rejects_writer(rejects)?, &progress).await?;
+    if read.records == 0 && !allow_empty {
+        return Err(ImportError::NoRecords);
+    }
     let mut report = ImportReport {
         records: read.records,
         invalid: read.invalid,
@@ -190,13 +205,17 @@ fn rejects_writer(rejects: Option<Box<dyn Write + Send>>) -> Result<Option<Rejec
 /// copies its chunks. Returns what the reader found.
 async fn stage(
     tx: &mut PgConnection,
-    input: Box<dyn Read + Send>,
+    source: Source,
     rejects: Option<Rejects>,
     progress: &Arc<ImportProgress>,
 ) -> Result<ReadOutcome, ImportError> {
     let (tx_data, mut rx_data) = mpsc::channel::<Vec<u8>>(4);
     let p = progress.clone();
-    let reader = tokio::task::spawn_blocking(move || read_input(input, rejects, tx_data, p));
+    let Source {
+        input, delimiter, ..
+    } = source;
+    let reader =
+        tokio::task::spawn_blocking(move || read_input(input, delimiter, rejects, tx_data, p));
     let mut copy = tx.copy_in_raw(sql::COPY_STAGING).await?;
     let mut copy_error = None;
     while let Some(chunk) = rx_data.recv().await {

@@ -107,6 +107,42 @@ impl CampaignSettings {
     }
 }
 
+/// Whether a campaign exists: it has targets or a settings row. Two index probes.
+pub async fn exists(pool: &PgPool, campaign_id: &str) -> Result<bool, sqlx::Error> {
+    // language=PostgreSQL
+    const EXISTS: &str = r#"
+        SELECT EXISTS (SELECT 1 FROM campaign_targets WHERE campaign_id = $1)
+            OR EXISTS (SELECT 1 FROM campaigns WHERE campaign_id = $1)
+    "#;
+    sqlx::query_scalar(EXISTS)
+        .bind(campaign_id)
+        .fetch_one(pool)
+        .await
+}
+
+/// Every campaign that exists, by name: the distinct `campaign_id`s of `campaign_targets` read
+/// as a loose index scan of its primary key (one probe per campaign, not a scan of its millions
+/// of rows), and those of `campaigns`.
+pub async fn names(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
+    // language=PostgreSQL
+    const NAMES: &str = r#"
+        WITH RECURSIVE ids (campaign_id) AS (
+            (SELECT campaign_id FROM campaign_targets ORDER BY campaign_id LIMIT 1)
+            UNION ALL
+            SELECT (SELECT t.campaign_id FROM campaign_targets t
+                     WHERE t.campaign_id > ids.campaign_id
+                     ORDER BY t.campaign_id LIMIT 1)
+              FROM ids
+             WHERE ids.campaign_id IS NOT NULL
+        )
+        SELECT campaign_id FROM ids WHERE campaign_id IS NOT NULL
+        UNION
+        SELECT campaign_id FROM campaigns
+        ORDER BY 1
+    "#;
+    sqlx::query_scalar(NAMES).fetch_all(pool).await
+}
+
 /// The kill switch alone: one primary-key lookup, polled by every running pipeline.
 pub async fn paused(pool: &PgPool, campaign_id: &str) -> Result<Option<Pause>, sqlx::Error> {
     // language=PostgreSQL

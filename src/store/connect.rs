@@ -1,49 +1,66 @@
-//! The pool, the migrations, and the one path from a database error to what an operator reads.
-//!
-//! Every subcommand connects through [`connect`] (bounded retries, [`super::outage`]) and, when
-//! the database is not usable, says so through [`DbProblem`]: one classification of the error,
-//! one sentence of advice, one exit code, and never the URL, the password, or the user a refused
-//! login names ([`error_text`]).
+//! The pool and the migrations. Every subcommand connects through [`connect`] (bounded retries,
+//! [`super::outage`]) and, when the database is not usable, says so through
+//! [`super::problem`].
 
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::ConnectOptions;
 use tokio::time::Instant;
 
-use super::outage::{retrying, Outage};
+use sqlx::Connection;
+
+use super::outage::{retrying_if, Outage};
+use super::problem::DbProblem;
 use crate::config::DbConfig;
-use crate::exit;
 
 /// The embedded migrations (`migrations/`).
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
+/// How patient a command is with a database that does not let it in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Patience {
+    /// A worker waits out everything for `DB_CONNECT_RETRY_S`: a server starting up (57P03) or
+    /// full (53300), a failover, a login refused while a password is being rotated (the role
+    /// changed before the Secret or after it), grants about to be applied.
+    Worker,
+    /// A person at a terminal is told at once what waiting cannot heal (a refused login, an
+    /// unknown role or database, a missing grant, a certificate); only a server that is not
+    /// there (yet) is waited for ([`DbProblem::heals_by_waiting`]).
+    Interactive,
+}
+
 /// Connects with bounded retries: an unreachable database at start (a pod scheduled before
-/// Cloud SQL's proxy is up, a failover) is waited for up to `DB_CONNECT_RETRY_S`, then reported.
+/// Cloud SQL's proxy is up, a failover) is waited for up to `DB_CONNECT_RETRY_S`, then the last
+/// error goes to the caller, which says what to check ([`super::problem::report`]).
 ///
-/// Everything is retried within the limit, refusals by the server too: a server starting up
-/// (57P03) or full (53300) heals by waiting, and so does a login refused (class 28) while a
-/// password is being rotated — the role changed before the Secret or after it. Past the limit
-/// the error goes to the caller, which says what to check ([`DbProblem`]).
-pub async fn connect(cfg: &DbConfig) -> Result<PgPool, sqlx::Error> {
+/// Each try opens one connection first, so the error is the server's or the socket's own
+/// ("connection refused", a refused login), not the pool's "timed out waiting for a
+/// connection"; the pool is built on it once it succeeds.
+pub async fn connect(cfg: &DbConfig, patience: Patience) -> Result<PgPool, sqlx::Error> {
     let opts: PgConnectOptions = cfg.database_url.expose().parse()?;
     let opts = opts
         .application_name("campaign-sender")
         .log_slow_statements(tracing::log::LevelFilter::Warn, Duration::from_secs(2));
     let limit = Duration::from_secs(cfg.db_connect_retry_s);
     let give_up = Instant::now() + limit;
-    retrying(limit, "connecting to the database", || {
-        // sqlx itself keeps retrying a refused connection until the acquire timeout: cap that at
-        // what is left of DB_CONNECT_RETRY_S (at least 500 ms), so the limit is the limit.
+    let retry =
+        |e: &sqlx::Error| patience == Patience::Worker || DbProblem::of(e).heals_by_waiting();
+    retrying_if(limit, "connecting to the database", retry, || async {
+        // Each try is bounded by what is left of DB_CONNECT_RETRY_S (at least 500 ms, at most
+        // 10 s), so the limit is the limit.
         let left = give_up.saturating_duration_since(Instant::now());
-        PgPoolOptions::new()
+        let per_try = Duration::from_secs(10)
+            .min(left)
+            .max(Duration::from_millis(500));
+        let first = tokio::time::timeout(per_try, PgConnection::connect_with(&opts))
+            .await
+            .map_err(|_| sqlx::Error::PoolTimedOut)??;
+        first.close().await?;
+        Ok(PgPoolOptions::new()
             .max_connections(cfg.db_max_connections)
-            .acquire_timeout(
-                Duration::from_secs(10)
-                    .min(left)
-                    .max(Duration::from_millis(500)),
-            )
-            .connect_with(opts.clone())
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_lazy_with(opts.clone()))
     })
     .await
 }
@@ -66,59 +83,6 @@ pub fn sqlstate(e: &sqlx::Error) -> Option<String> {
         sqlx::Error::Database(d) => d.code().map(|c| c.into_owned()),
         _ => None,
     }
-}
-
-/// What is wrong with the database, for the person who must fix it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DbProblem {
-    /// SQLSTATE class 28: a wrong password, a role that may not log in, no pg_hba.conf entry.
-    LoginRefused { sqlstate: String },
-    /// 3D000: the database named in the URL does not exist.
-    NoDatabase,
-    /// Anything else: refused or timed-out connections, TLS, a server that went away.
-    Unreachable,
-}
-
-impl DbProblem {
-    pub fn of(e: &sqlx::Error) -> Self {
-        match sqlstate(e).as_deref() {
-            Some(c) if c.starts_with("28") => DbProblem::LoginRefused {
-                sqlstate: c.to_string(),
-            },
-            Some("3D000") => DbProblem::NoDatabase,
-            _ => DbProblem::Unreachable,
-        }
-    }
-
-    /// What to check, in one sentence.
-    pub fn advice(&self) -> &'static str {
-        match self {
-            DbProblem::LoginRefused { .. } => "the database refused the login: check the user and password in DATABASE_URL (the Secret) and that the role may log in from here; a rerun is safe",
-            DbProblem::NoDatabase => "the database named in DATABASE_URL does not exist: check its path; a rerun is safe",
-            DbProblem::Unreachable => "cannot reach the database: check DATABASE_URL, credentials and network; a rerun is safe",
-        }
-    }
-
-    pub fn exit_code(&self) -> u8 {
-        exit::DATABASE_UNAVAILABLE
-    }
-}
-
-/// Logs what is wrong with the database and what to check; returns the exit code for it. The
-/// one place a database error ends a command.
-pub fn report(e: &sqlx::Error) -> u8 {
-    let problem = DbProblem::of(e);
-    let shown = error_text(e);
-    match &problem {
-        DbProblem::LoginRefused { sqlstate } => {
-            tracing::error!(error = %shown, sqlstate = %sqlstate, "{}", problem.advice())
-        }
-        DbProblem::NoDatabase => {
-            tracing::error!(error = %shown, sqlstate = "3D000", "{}", problem.advice())
-        }
-        DbProblem::Unreachable => tracing::error!(error = %shown, "{}", problem.advice()),
-    }
-    problem.exit_code()
 }
 
 /// Whether every embedded migration has been applied (a pod started together with the migrate

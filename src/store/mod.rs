@@ -5,7 +5,8 @@
 //! - [`campaigns`]: `campaigns`, the optional settings row and the fleet-wide kill switch;
 //! - [`rate`]: `rate_limits` and `rate_pods`, the fleet-wide rate limit's rounds;
 //! - [`import`]: the statements of `import` (staging table, duplicate check, idempotent insert);
-//! - [`connect`]: the pool, the migrations, and what a database error means for an operator;
+//! - [`connect`]: the pool and the migrations; [`problem`]: what a database error means for the
+//!   person who must fix it (advice, exit code, whether waiting can heal it);
 //! - [`outage`]: the one retry rule for a database that does not answer.
 //!
 //! Transactions, locks and timeouts: every statement of the work loop is a single
@@ -19,10 +20,11 @@ pub mod campaigns;
 pub mod connect;
 pub mod import;
 pub mod outage;
+pub mod problem;
 pub mod rate;
 pub mod targets;
 
-pub use connect::{connect, schema_ready, DbProblem, MIGRATOR};
+pub use connect::{connect, schema_ready, Patience, MIGRATOR};
 pub use targets::{
     Batch, CampaignCounts, ClaimedRow, Finished, Progress, Reason, Recheck, Remaining, RetryFilter,
     RowState, Store,

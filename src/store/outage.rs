@@ -61,7 +61,21 @@ impl Outage {
 /// Runs `op` until it succeeds or the rule gives up after `limit`; then returns its last
 /// error. Every failed try is logged as `what` with the error (as [`error_text`] words it: never
 /// a user name, URL or password) and the wait before the next.
-pub async fn retrying<T, F, Fut>(limit: Duration, what: &str, mut op: F) -> Result<T, sqlx::Error>
+pub async fn retrying<T, F, Fut>(limit: Duration, what: &str, op: F) -> Result<T, sqlx::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, sqlx::Error>>,
+{
+    retrying_if(limit, what, |_| true, op).await
+}
+
+/// [`retrying`], but an error `retry` says no to is returned at once.
+pub async fn retrying_if<T, F, Fut>(
+    limit: Duration,
+    what: &str,
+    retry: impl Fn(&sqlx::Error) -> bool,
+    mut op: F,
+) -> Result<T, sqlx::Error>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, sqlx::Error>>,
@@ -70,6 +84,7 @@ where
     loop {
         match op().await {
             Ok(v) => return Ok(v),
+            Err(e) if !retry(&e) => return Err(e),
             Err(e) => match outage.next_wait(Instant::now()) {
                 None => return Err(e),
                 Some(wait) => {

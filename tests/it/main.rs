@@ -10,6 +10,7 @@ mod exit_codes;
 mod hostile;
 mod manifests;
 mod migrate;
+mod mistakes;
 mod operator;
 mod rate;
 mod security;

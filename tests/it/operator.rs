@@ -25,10 +25,15 @@ async fn import_text(
     let input: Box<dyn std::io::Read + Send> = Box::new(std::io::Cursor::new(text.to_string()));
     let rejects: Option<Box<dyn std::io::Write + Send>> =
         rejects.map(|p| Box::new(std::fs::File::create(p).unwrap()) as Box<_>);
+    let source = import::Source {
+        input,
+        delimiter: b',',
+        allow_empty: false,
+    };
     import::import(
         &opts,
         CAMPAIGN,
-        input,
+        source,
         rejects,
         Arc::new(ImportProgress::default()),
     )

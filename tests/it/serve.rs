@@ -128,7 +128,8 @@ async fn a_worker_started_before_the_migration_starts_sending_once_it_lands(pool
         || async {
             let n: i64 = sqlx::query_scalar(
                 "SELECT count(*) FROM pg_stat_activity
-              WHERE application_name = 'campaign-sender' AND query LIKE '%_sqlx_migrations%'",
+              WHERE application_name = 'campaign-sender' AND datname = current_database()
+                AND query LIKE '%_sqlx_migrations%'",
             )
             .fetch_one(&pool)
             .await

@@ -90,6 +90,9 @@ pub struct Args {
     /// Seed for the random choices (which worker is killed, when).
     #[arg(long, default_value_t = 7)]
     seed: u64,
+    /// The workers' logs go to a directory of the run's name under this one.
+    #[arg(long, default_value = "target/chaos-logs")]
+    pub logs: PathBuf,
     /// Longest the run may take; then every worker is killed and the run fails.
     #[arg(long, default_value_t = 900)]
     timeout_s: u64,
@@ -126,7 +129,7 @@ async fn main() -> anyhow::Result<()> {
     let mail_url = format!("{}v1/send", with_port(&provider.base, provider_proxy.port)?);
     let pg_proxy = Proxy::start(socket_of(&db_url)?).await?;
     let db_url_0 = with_port(&db_url, pg_proxy.port)?;
-    let logdir = std::env::temp_dir().join(&run_id);
+    let logdir = a.logs.join(&run_id);
     std::fs::create_dir_all(&logdir)?;
     let spawner = Spawner::new(
         &a,

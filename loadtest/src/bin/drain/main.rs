@@ -67,6 +67,9 @@ pub struct Args {
     /// Write the chart (sends per second, per worker and total, with the limit) here.
     #[arg(long, default_value = "target/drain.svg")]
     chart: PathBuf,
+    /// The workers' logs go to a directory of the run's name under this one.
+    #[arg(long, default_value = "target/drain-logs")]
+    logs: PathBuf,
     /// Longest the run may take before workers are stopped (SIGTERM, then SIGKILL).
     #[arg(long, default_value_t = 900)]
     timeout_s: u64,
@@ -126,17 +129,13 @@ async fn main() -> anyhow::Result<()> {
         a.jitter_ms,
         &a.faults,
     ))?;
-    let logdir = std::env::temp_dir().join(&run_id);
+    let logdir = a.logs.join(&run_id);
     std::fs::create_dir_all(&logdir)?;
     let mut fleet = Fleet::start(&a, &db_url, &provider.base, pool.clone(), logdir.clone())?;
     let run = fleet.run(&a, provider_t0).await?;
     let results = summary::Results::gather(&a, &run, &provider.base, &pool).await?;
-    chart::draw(
-        &a.chart,
-        &results.per_second,
-        a.provider_rate,
-        fleet.workers.len() as u32,
-    )?;
+    let title = summary::headline(&a, &run, &results);
+    chart::draw(&a.chart, &results.per_second, a.provider_rate, &title)?;
     pool.close().await;
     drop(provider);
     if !a.keep {

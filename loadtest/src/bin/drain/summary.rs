@@ -103,12 +103,123 @@ fn mib(kib: u64) -> f64 {
     (kib as f64 / 1024.0 * 10.0).round() / 10.0
 }
 
+/// The run's headline, the same in the summary and the chart's title: "480 delivered/s steady
+/// = 96.0 % of the 500/s limit, 4 workers, 0 mailed twice".
+pub fn headline(a: &Args, run: &Run, r: &Results) -> String {
+    let steady = steady_rate(run, r.stats.delivered);
+    let of = if a.provider_rate > 0.0 {
+        format!(
+            " = {:.1} % of the {}/s limit",
+            steady / a.provider_rate * 100.0,
+            a.provider_rate
+        )
+    } else {
+        " (unlimited provider)".to_string()
+    };
+    format!(
+        "{steady:.0} delivered/s steady{of}, {} workers, {} mailed twice",
+        run.codes.len(),
+        r.stats.members_delivered_more_than_once
+    )
+}
+
+/// `12 345`: thousands apart, for the summary.
+fn n(v: u64) -> String {
+    let s = v.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(' ');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// Prints the report; false if anybody was mailed twice.
 pub fn report(a: &Args, run: &Run, r: &Results, ceiling: f64, logdir: &Path) -> bool {
     let s = &r.stats;
     let steady = steady_rate(run, s.delivered);
     let utilisation = (a.provider_rate > 0.0).then(|| steady / a.provider_rate);
     let codes: Vec<i32> = run.codes.iter().map(|c| c.unwrap_or(-1)).collect();
+    print_json(a, run, r, ceiling, logdir, steady, utilisation, &codes);
+    let states = r
+        .states
+        .iter()
+        .map(|(k, v)| format!("{k} {}", n(*v as u64)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let rss = run
+        .rss
+        .iter()
+        .map(|k| format!("{:.1}", mib(*k)))
+        .collect::<Vec<_>>()
+        .join("  ");
+    let limit = if a.provider_rate > 0.0 {
+        format!(
+            "  (limit + burst: {})",
+            a.provider_rate as u64 + a.burst as u64
+        )
+    } else {
+        String::new()
+    };
+    let rows: Vec<(&str, String)> = vec![
+        ("elapsed", format!("{:.1} s", run.elapsed)),
+        ("delivered per second", format!("{steady:.0} steady (10–90 % of the run); the database's own ceiling here: {} rows/s", n(ceiling as u64))),
+        ("most accepted in 1 s", format!("{}{limit}", n(s.max_accepted_in_1s))),
+        ("requests", n(s.requests)),
+        ("delivered", n(s.delivered)),
+        ("429 answers", n(s.throttled_429)),
+        ("repeats suppressed", format!("{} (the same Idempotency-Key sent again)", n(s.duplicates_suppressed))),
+        ("members mailed twice", n(s.members_delivered_more_than_once)),
+        ("final states", states),
+        ("exit codes", codes.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(" ")),
+        ("peak RSS, MiB", rss),
+        ("chart", a.chart.display().to_string()),
+        ("worker logs", logdir.display().to_string()),
+    ];
+    eprintln!(
+        "\n== drain: {} targets, provider {}/s (burst {}), {}±{} ms, faults {}\n   {}\n",
+        n(a.targets as u64),
+        a.provider_rate,
+        a.burst,
+        a.latency_ms,
+        a.jitter_ms,
+        a.faults,
+        headline(a, run, r)
+    );
+    for (k, v) in rows {
+        eprintln!("   {k:<22} {v}");
+    }
+    for w in run.reports.iter().flatten() {
+        let st = &w["stats"];
+        eprintln!(
+            "   {:<22} {} sent, {} retried, {} failed",
+            w["worker"].as_str().unwrap_or("?"),
+            st["sent"],
+            st["retried"],
+            st["failed"]
+        );
+    }
+    for e in &r.events {
+        eprintln!("   event                  {e}");
+    }
+    s.members_delivered_more_than_once == 0
+}
+
+/// The run as one JSON line on stdout (what scripts/benchmarks.sh collects).
+#[allow(clippy::too_many_arguments)]
+fn print_json(
+    a: &Args,
+    run: &Run,
+    r: &Results,
+    ceiling: f64,
+    logdir: &Path,
+    steady: f64,
+    utilisation: Option<f64>,
+    codes: &[i32],
+) {
+    let s = &r.stats;
     let throttled_at: BTreeMap<u64, u64> =
         r.per_second
             .iter()
@@ -148,29 +259,7 @@ pub fn report(a: &Args, run: &Run, r: &Results, ceiling: f64, logdir: &Path) -> 
         "chart": a.chart.display().to_string(),
     });
     println!("{json}");
-    eprintln!(
-        "\n== drain: {} targets, {} workers, provider {}/s (burst {}), latency {}±{} ms, faults {}\n\
-         elapsed {:.1}s; steady {:.0} delivered/s = {:.1}% of the limit, {:.1}% of the database ceiling ({:.0} rows/s); max accepted in 1 s: {}\n\
-         requests {}, delivered {}, 429s {}, duplicates suppressed {}, members mailed twice {}\n\
-         final states {:?}; exit codes {:?}; peak RSS MiB {:?}\n\
-         per-worker reports: {}",
-        a.targets, a.workers, a.provider_rate, a.burst, a.latency_ms, a.jitter_ms, a.faults,
-        run.elapsed, steady, utilisation.unwrap_or(f64::NAN) * 100.0, steady / ceiling * 100.0,
-        ceiling, s.max_accepted_in_1s, s.requests, s.delivered, s.throttled_429,
-        s.duplicates_suppressed, s.members_delivered_more_than_once, r.states, codes,
-        run.rss.iter().map(|k| format!("{:.1}", *k as f64 / 1024.0)).collect::<Vec<_>>(),
-        run.reports
-            .iter()
-            .flatten()
-            .map(|r| format!("{}: sent {} retried {} failed {}", r["worker"], r["stats"]["sent"], r["stats"]["retried"], r["stats"]["failed"]))
-            .collect::<Vec<_>>()
-            .join("; "),
-    );
     if let Some(k) = json.get("kill").filter(|k| !k.is_null()) {
         eprintln!("kill experiment: {k}");
     }
-    for e in &r.events {
-        eprintln!("event: {e}");
-    }
-    s.members_delivered_more_than_once == 0
 }

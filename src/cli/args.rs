@@ -1,0 +1,143 @@
+//! The command line: every subcommand and its options, as `--help` shows them.
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "campaign-sender",
+    version,
+    about = "Crash-, overlap- and restart-safe campaign sender on PostgreSQL"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Apply the embedded migrations (safe when several pods run it at once: an advisory lock
+    /// serialises them, and the second finds nothing left to do). Needs DATABASE_URL.
+    Migrate,
+    /// Send the campaign CAMPAIGN_ID until done, DEADLINE_S, too many failures or SIGTERM.
+    /// Prints a JSON report line on stdout. Configuration: environment (see README).
+    Run,
+    /// Long-running mode (a Deployment): like `run` with no deadline; when the campaign is done
+    /// it idles (one backlog query per IDLE_POLL_MS) and resumes when rows arrive. SIGTERM exits
+    /// 0; too many permanent failures exit 2.
+    Serve,
+    /// Load recipients from CSV (`member_id,email`, header optional) into a campaign, in one
+    /// transaction: any invalid or repeated line and nothing is imported (exit 65), unless
+    /// --skip-invalid names a file for the rejects. Rows the campaign already has are left
+    /// exactly as they are, so importing twice changes nothing.
+    Import {
+        #[arg(long)]
+        campaign: String,
+        /// The CSV file; `-` or nothing reads standard input.
+        file: Option<std::path::PathBuf>,
+        /// Import the valid lines and write every rejected one here (CSV:
+        /// member_id,email,line,reason; fix it and import it again as it is).
+        #[arg(long, value_name = "FILE")]
+        skip_invalid: Option<std::path::PathBuf>,
+        /// The field separator: `,` (default), `;` or `tab`.
+        #[arg(long, default_value = ",", value_parser = parse_delimiter)]
+        delimiter: u8,
+        /// Accept a file with no records (otherwise an empty file is an error: exit 65).
+        #[arg(long)]
+        allow_empty: bool,
+    },
+    /// Where a campaign is: counts by state, rate and ETA, pause, live pods and their rate
+    /// shares, top failure reasons.
+    Status {
+        #[arg(long)]
+        campaign: String,
+        /// Redraw every --interval-ms until the campaign is done (Ctrl-C stops watching).
+        #[arg(long)]
+        watch: bool,
+        /// JSON (one object per line with --watch) instead of text.
+        #[arg(long)]
+        json: bool,
+        #[arg(long, default_value_t = 2000, value_name = "MS")]
+        interval_ms: u64,
+        /// For the failure budget shown, unless the campaign's settings row has its own.
+        #[arg(long, env = "MAX_PERMANENT_FAILURE_RATIO", default_value_t = 0.01)]
+        max_permanent_failure_ratio: f64,
+    },
+    /// The kill switch: every running pod stops claiming and sending within a second, lets
+    /// in-flight requests finish and releases the rest; `run` exits 3 while it is on, `serve`
+    /// idles.
+    Pause {
+        #[arg(long)]
+        campaign: String,
+        /// Shown by `status`.
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Lifts a pause (an operator's or an automatic one). Pods in `serve` continue by
+    /// themselves; a Job must be started again.
+    Resume {
+        #[arg(long)]
+        campaign: String,
+    },
+    /// Puts failed rows back to `pending` with their attempts reset, and prints how many.
+    /// Filters narrow the selection; opted-out rows are never selected.
+    RetryFailed {
+        #[arg(long)]
+        campaign: String,
+        /// Only rows whose last provider status is one of these (e.g. `--status 422,400`).
+        #[arg(long = "status", value_delimiter = ',', value_name = "CODE")]
+        statuses: Vec<u16>,
+        /// Only rows of these error classes (e.g. `rejected`, `invalid_email`, `timeout`).
+        #[arg(long = "class", value_delimiter = ',', value_name = "CLASS")]
+        classes: Vec<String>,
+        /// Only rows that failed at or after this: RFC 3339 (`2026-12-02T02:00:00+09:00`) or
+        /// a time ago (`90m`, `2h`).
+        #[arg(long, value_parser = parse_since)]
+        since: Option<chrono::DateTime<chrono::Utc>>,
+        /// Count, change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Writes the campaign's optional settings row: template and failure threshold. Only the
+    /// options given change; the pause is not touched.
+    Configure {
+        #[arg(long)]
+        campaign: String,
+        /// Provider template (default: the campaign id).
+        #[arg(long)]
+        template: Option<String>,
+        /// Failure threshold for this campaign (default: MAX_PERMANENT_FAILURE_RATIO).
+        #[arg(long, value_parser = parse_ratio)]
+        max_permanent_failure_ratio: Option<f64>,
+        /// Create the settings row of a campaign that has no targets yet (otherwise an unknown
+        /// campaign is refused: a typo must not create a campaign).
+        #[arg(long)]
+        create: bool,
+    },
+}
+
+/// `--since`: an RFC 3339 time, or a duration ago (`90m`, `2h 30m`).
+pub fn parse_since(v: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(v) {
+        return Ok(t.with_timezone(&chrono::Utc));
+    }
+    let ago = humantime::parse_duration(v)
+        .map_err(|e| format!("neither an RFC 3339 time nor a duration like 2h ({e})"))?;
+    let ago = chrono::Duration::from_std(ago).map_err(|e| e.to_string())?;
+    Ok(chrono::Utc::now() - ago)
+}
+
+pub(super) fn parse_ratio(v: &str) -> Result<f64, String> {
+    match v.parse::<f64>() {
+        Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+        _ => Err("must be a number between 0 and 1".into()),
+    }
+}
+
+/// `--delimiter`: one ASCII separator; `tab` (or `\t`) for a tab.
+fn parse_delimiter(v: &str) -> Result<u8, String> {
+    match v {
+        "tab" | "\\t" | "\t" => Ok(b'\t'),
+        _ if v.len() == 1 && v.is_ascii() && v != "\"" => Ok(v.as_bytes()[0]),
+        _ => Err("must be one character, e.g. , or ; (or `tab`)".into()),
+    }
+}

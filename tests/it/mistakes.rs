@@ -1,0 +1,433 @@
+//! The mistakes an operator makes, each answered: an unknown campaign, a login the database
+//! refuses, a missing grant, a closed port, a URL without its scheme, a CSV that is not what
+//! `import` reads. Process-level: the exit code and the message are what the operator sees.
+
+use std::time::Duration;
+
+use campaign_sender::exit;
+use campaign_sender::store::campaigns;
+use sqlx::PgPool;
+
+use crate::helpers::*;
+
+/// `campaign-sender ARGS` as the operator role; (exit code, stdout, stderr).
+async fn operator(pool: &PgPool, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let db = operator_url(pool).await;
+    finish(spawn_sender(args, &db, env), Duration::from_secs(60)).await
+}
+
+async fn settings_rows(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM campaigns")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_typo_in_a_campaign_name_changes_nothing_and_suggests_the_real_one(pool: PgPool) {
+    seed(&pool, "spring-sale", 5).await;
+    seed(&pool, "autumn-sale", 5).await;
+    for args in [
+        &["pause", "--campaign", "sprng-sale", "--reason", "typo"][..],
+        &["resume", "--campaign", "sprng-sale"],
+        &["retry-failed", "--campaign", "sprng-sale", "--dry-run"],
+        &["configure", "--campaign", "sprng-sale", "--template", "t2"],
+        &["status", "--campaign", "sprng-sale"],
+    ] {
+        let (code, out, err) = operator(&pool, args, &[]).await;
+        assert_eq!(code, exit::UNKNOWN_CAMPAIGN as i32, "{args:?}: {out}{err}");
+        assert!(
+            err.contains("no campaign 'sprng-sale' (known: autumn-sale, spring-sale; did you mean spring-sale?)"),
+            "{args:?}: {err}"
+        );
+        assert!(
+            !out.contains("paused since"),
+            "{args:?} reported success: {out}"
+        );
+    }
+    assert_eq!(settings_rows(&pool).await, 0, "a settings row was created");
+    assert_eq!(campaigns::paused(&pool, "spring-sale").await.unwrap(), None);
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn configure_creates_a_campaign_only_when_asked_to(pool: PgPool) {
+    let args = ["configure", "--campaign", "new-one", "--template", "t1"];
+    let (code, _, err) = operator(&pool, &args, &[]).await;
+    assert_eq!(code, exit::UNKNOWN_CAMPAIGN as i32, "{err}");
+    assert!(err.contains("none yet"), "{err}");
+    assert_eq!(settings_rows(&pool).await, 0);
+    let (code, out, err) = operator(&pool, &[&args[..], &["--create"]].concat(), &[]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("new-one: template t1"), "{out}");
+    assert_eq!(settings_rows(&pool).await, 1);
+}
+
+/// A server of its own whose pg_hba.conf checks the operator role's password
+/// (`scram-sha-256`), migrated, with docs/roles.sql applied and the right password set.
+async fn password_server() -> (OwnServer, PgPool) {
+    let server = OwnServer::start(false);
+    let admin = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    campaign_sender::store::MIGRATOR.run(&admin).await.unwrap();
+    seed(&admin, CAMPAIGN, 5).await;
+    sqlx::raw_sql(include_str!("../../docs/roles.sql"))
+        .execute(&admin)
+        .await
+        .unwrap();
+    sqlx::query(&format!("ALTER ROLE {OPERATOR_ROLE} PASSWORD 'right-pw'"))
+        .execute(&admin)
+        .await
+        .unwrap();
+    let hba: String = sqlx::query_scalar("SHOW hba_file")
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+    let rules = std::fs::read_to_string(&hba).unwrap();
+    std::fs::write(
+        &hba,
+        format!("host all {OPERATOR_ROLE} all scram-sha-256\n{rules}"),
+    )
+    .unwrap();
+    sqlx::query("SELECT pg_reload_conf()")
+        .execute(&admin)
+        .await
+        .unwrap();
+    // The reload took: a wrong password is refused now.
+    let wrong = format!(
+        "postgres://{OPERATOR_ROLE}:nope@127.0.0.1:{}/postgres",
+        server.port
+    );
+    until_some(
+        Duration::from_secs(10),
+        "the server checks passwords",
+        || async {
+            use sqlx::Connection;
+            sqlx::PgConnection::connect(&wrong).await.err().map(|_| ())
+        },
+    )
+    .await;
+    (server, admin)
+}
+
+#[tokio::test]
+async fn a_refused_login_or_an_unknown_database_is_said_at_once_to_an_operator() {
+    let (server, admin) = password_server().await;
+    let url = |pw: &str, db: &str| {
+        format!(
+            "postgres://{OPERATOR_ROLE}:{pw}@127.0.0.1:{}/{db}",
+            server.port
+        )
+    };
+    // DB_CONNECT_RETRY_S is 30 s: what waiting cannot heal must not wait for it.
+    let env = [("DB_CONNECT_RETRY_S", "30")];
+    for (db_url, expected) in [
+        (
+            url("wrong-pw", "postgres"),
+            "the database refused the login",
+        ),
+        (
+            url("right-pw", "no_such_db"),
+            "the database named in DATABASE_URL does not exist",
+        ),
+    ] {
+        let t0 = std::time::Instant::now();
+        let (code, _, err) = finish(
+            spawn_sender(&["status", "--campaign", CAMPAIGN], &db_url, &env),
+            Duration::from_secs(60),
+        )
+        .await;
+        assert_eq!(code, exit::DATABASE_UNAVAILABLE as i32, "{err}");
+        assert!(err.contains(expected), "{err}");
+        assert!(
+            !err.contains("retrying"),
+            "retried what waiting cannot heal: {err}"
+        );
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "took {:?}",
+            t0.elapsed()
+        );
+        assert!(
+            !err.contains("wrong-pw") && !err.contains("right-pw"),
+            "{err}"
+        );
+    }
+    // The right ones work.
+    let (code, out, err) = finish(
+        spawn_sender(
+            &["status", "--campaign", CAMPAIGN],
+            &url("right-pw", "postgres"),
+            &env,
+        ),
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("5 total"), "{out}");
+    drop(admin);
+}
+
+#[tokio::test]
+async fn a_closed_port_is_waited_for_and_named_as_a_refused_connection() {
+    let port = refused_addr().port();
+    let url = format!("postgres://{OPERATOR_ROLE}:pw@127.0.0.1:{port}/app");
+    let t0 = std::time::Instant::now();
+    let (code, _, err) = finish(
+        spawn_sender(
+            &["status", "--campaign", CAMPAIGN],
+            &url,
+            &[("DB_CONNECT_RETRY_S", "2")],
+        ),
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(code, exit::DATABASE_UNAVAILABLE as i32, "{err}");
+    assert!(
+        t0.elapsed() >= Duration::from_millis(1800),
+        "not waited for: {:?}",
+        t0.elapsed()
+    );
+    assert!(err.contains("retrying"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "connection refused at 127.0.0.1:{port} — is the server running?"
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("pool timed out"), "{err}");
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_missing_grant_is_a_permission_error_naming_the_table_and_the_grant(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 5).await;
+    // The worker role cannot write a campaign's template.
+    let worker_db = worker_url(&pool).await;
+    let (code, _, err) = finish(
+        spawn_sender(
+            &["configure", "--campaign", CAMPAIGN, "--template", "t2"],
+            &worker_db,
+            &[],
+        ),
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(code, exit::NO_PERMISSION as i32, "{err}");
+    assert!(err.contains("permission denied on campaigns"), "{err}");
+    assert!(
+        err.contains("the role campaign_sender_worker lacks a grant"),
+        "{err}"
+    );
+    assert!(
+        err.contains("GRANT SELECT, INSERT, UPDATE ON campaigns TO campaign_sender_operator;"),
+        "{err}"
+    );
+    // A role with no grants at all: the schema check is refused, at once.
+    let nobody = format!(
+        "cs_nobody_{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    sqlx::raw_sql(&format!("CREATE ROLE {nobody} LOGIN"))
+        .execute(&pool)
+        .await
+        .unwrap();
+    let mut url = reqwest::Url::parse(&database_url(&pool).await).unwrap();
+    url.set_username(&nobody).unwrap();
+    let (code, _, err) = finish(
+        spawn_sender(
+            &["status", "--campaign", CAMPAIGN],
+            url.as_str(),
+            &[("DB_CONNECT_RETRY_S", "30")],
+        ),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(code, exit::NO_PERMISSION as i32, "{err}");
+    assert!(
+        err.contains("permission denied on _sqlx_migrations"),
+        "{err}"
+    );
+    assert!(err.contains("docs/roles.sql"), "{err}");
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_mail_url_without_its_scheme_says_to_add_it(pool: PgPool) {
+    let db = worker_url(&pool).await;
+    for value in ["127.0.0.1:18080/v1/send", "localhost:18080/v1/send"] {
+        let (code, _, err) = finish(
+            spawn_sender(
+                &["run"],
+                &db,
+                &[("CAMPAIGN_ID", CAMPAIGN), ("MAIL_URL", value)],
+            ),
+            Duration::from_secs(30),
+        )
+        .await;
+        assert_eq!(code, exit::CONFIG as i32, "{err}");
+        assert!(
+            err.contains(&format!(
+                "MAIL_URL: must start with http:// or https:// (got '{value}')"
+            )),
+            "{err}"
+        );
+    }
+}
+
+/// `import` of `text` (stdin) with `args`: (exit code, stdout, stderr).
+async fn import(pool: &PgPool, text: &str, args: &[&str]) -> (i32, String, String) {
+    use tokio::io::AsyncWriteExt;
+    let db = operator_url(pool).await;
+    let cmd = [&["import", "--campaign", CAMPAIGN][..], args, &["-"]].concat();
+    let mut child = {
+        let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_campaign-sender"));
+        c.args(&cmd)
+            .env_clear()
+            .env("DATABASE_URL", &db)
+            .env("LOG_FORMAT", "json")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        c.spawn().unwrap()
+    };
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(text.as_bytes()).await.unwrap();
+    drop(stdin);
+    finish(child, Duration::from_secs(60)).await
+}
+
+async fn imported(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM campaign_targets")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_csv_with_another_separator_is_named_and_read_with_delimiter(pool: PgPool) {
+    let semi = "member_id;email\n1;a@example.com\n2;b@example.com\n";
+    let (code, _, err) = import(&pool, semi, &[]).await;
+    assert_eq!(code, exit::DATA_ERROR as i32, "{err}");
+    assert!(
+        err.contains("line 1: the fields are separated by ';', not ',': pass --delimiter ';'"),
+        "{err}"
+    );
+    assert!(!err.contains("a@example.com"), "{err}");
+    assert_eq!(imported(&pool).await, 0);
+    let (code, out, err) = import(&pool, semi, &["--delimiter", ";"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("2 imported"), "{out}");
+    let tabs = "3\tc@example.com\n";
+    let (code, _, err) = import(&pool, tabs, &[]).await;
+    assert_eq!(code, exit::DATA_ERROR as i32);
+    assert!(err.contains("pass --delimiter tab"), "{err}");
+    let (code, _, err) = import(&pool, tabs, &["--delimiter", "tab"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(imported(&pool).await, 3);
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_header_without_member_id_names_the_header_expected(pool: PgPool) {
+    let (code, _, err) = import(&pool, "id,email\n1,a@example.com\n", &[]).await;
+    assert_eq!(code, exit::DATA_ERROR as i32, "{err}");
+    assert!(
+        err.contains("line 1: a header without a member_id column: expected member_id,email (found id,email)"),
+        "{err}"
+    );
+    assert_eq!(imported(&pool).await, 0);
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn an_empty_file_is_an_error_unless_allowed(pool: PgPool) {
+    for text in ["", "member_id,email\n", "\n\n"] {
+        let (code, out, err) = import(&pool, text, &[]).await;
+        assert_eq!(code, exit::DATA_ERROR as i32, "{text:?}: {out}{err}");
+        assert!(err.contains("no records in the input"), "{err}");
+    }
+    let (code, out, err) = import(&pool, "member_id,email\n", &["--allow-empty"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("0 records read"), "{out}");
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn what_an_operator_is_told_is_what_happened(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 50).await;
+    // A second pause keeps the first's reason, and says so.
+    let (code, out, _) = operator(
+        &pool,
+        &["pause", "--campaign", CAMPAIGN, "--reason", "first"],
+        &[],
+    )
+    .await;
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("paused since") && out.contains("(first)"),
+        "{out}"
+    );
+    let (code, out, _) = operator(
+        &pool,
+        &["pause", "--campaign", CAMPAIGN, "--reason", "second"],
+        &[],
+    )
+    .await;
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("your reason was not recorded") && out.contains("(first)"),
+        "{out}"
+    );
+    // retry-failed that matched nothing says nothing about sending them.
+    let (code, out, _) = operator(&pool, &["retry-failed", "--campaign", CAMPAIGN], &[]).await;
+    assert_eq!(code, 0);
+    assert!(out.contains("0 failed rows"), "{out}");
+    assert!(!out.contains("still paused"), "{out}");
+    // A campaign too small for its budget to allow one row says what that means.
+    let (_, out, _) = operator(&pool, &["status", "--campaign", CAMPAIGN], &[]).await;
+    assert!(
+        out.contains("any failure stops a run: 1 % of 50 is less than one row"),
+        "{out}"
+    );
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn status_watch_stopped_by_sigterm_ends_quietly(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 5).await;
+    let db = operator_url(&pool).await;
+    let child = spawn_sender(
+        &[
+            "status",
+            "--campaign",
+            CAMPAIGN,
+            "--watch",
+            "--interval-ms",
+            "100",
+        ],
+        &db,
+        &[],
+    );
+    let pid = child.id().unwrap().to_string();
+    // It is connected, and the campaign is not done (5 pending): it watches until stopped.
+    until_some(Duration::from_secs(30), "status watches", || async {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+              WHERE application_name = 'campaign-sender' AND datname = current_database()",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        (n > 0).then_some(())
+    })
+    .await;
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    let (code, out, err) = finish(child, Duration::from_secs(20)).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(CAMPAIGN), "{out}");
+    assert!(
+        !err.contains("in-flight") && !err.contains("shutdown requested"),
+        "{err}"
+    );
+}
