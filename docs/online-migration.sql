@@ -1,7 +1,9 @@
--- The online-safe form of migrations/20261202000001_campaign_targets.sql, for a large live
--- table (our users: 1.2 M rows on Cloud SQL, the old CronJob possibly still reading it).
--- Run it statement by statement with psql BEFORE the first `campaign-sender migrate`; that
--- migration then finds everything in place and only records its version.
+-- The online-safe form of the migrations that touch campaign_targets, for a large live table
+-- (our users: 1.2 M rows on Cloud SQL, the old CronJob possibly still reading it): steps 1-4
+-- are migrations/20261202000001_campaign_targets.sql, step 5 the table's part of
+-- migrations/20261205000004_spanning_days.sql. Run it statement by statement with psql BEFORE
+-- the `campaign-sender migrate` that applies them (docs/MIGRATION.md); those migrations then
+-- find everything in place. Each statement is safe to run again.
 -- Nothing here holds a lock that blocks reads or writes for longer than a catalog update.
 -- tests/it/migrate.rs runs this file and checks it ends in the same schema as the migration.
 
@@ -53,5 +55,17 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS campaign_targets_work_idx
 CREATE INDEX CONCURRENTLY IF NOT EXISTS campaign_targets_failed_idx
     ON campaign_targets (campaign_id, last_status)
     WHERE state = 'failed';
+
+-- 5. Priority and schedule (metadata-only columns), and the work set in claim order, built
+--    without blocking writes; the old work set goes once the new one is valid.
+ALTER TABLE campaign_targets
+    ADD COLUMN IF NOT EXISTS priority   integer NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS send_after timestamptz;
+
+CREATE INDEX CONCURRENTLY IF NOT EXISTS campaign_targets_work_prio_idx
+    ON campaign_targets (campaign_id, priority DESC, member_id)
+    WHERE state IN ('pending', 'sending') AND opted_out_at IS NULL;
+
+DROP INDEX CONCURRENTLY IF EXISTS campaign_targets_work_idx;
 
 RESET lock_timeout;

@@ -17,6 +17,8 @@
 --   their rows);
 -- - campaigns: reads settings; writes only the pause columns (the automatic pause on too many
 --   failures), never the template or threshold;
+-- - run_budgets: its Job's time budget (the first pod of a Job records its start; old ones are
+--   pruned);
 -- - _sqlx_migrations: reads the applied version (workers wait for the schema).
 -- campaign_sender_operator (`import`, `status`, `pause`, `resume`, `retry-failed`,
 -- `configure`): the worker's reads, inserts into campaign_targets (import, through a temporary
@@ -38,7 +40,7 @@ END
 $$;
 
 -- Nothing by default: only the grants below.
-REVOKE ALL ON campaign_targets, rate_limits, rate_pods, campaigns, _sqlx_migrations
+REVOKE ALL ON campaign_targets, rate_limits, rate_pods, campaigns, run_budgets, _sqlx_migrations
     FROM campaign_sender_worker, campaign_sender_operator;
 GRANT USAGE ON SCHEMA public TO campaign_sender_worker, campaign_sender_operator;
 
@@ -52,11 +54,13 @@ GRANT SELECT ON campaigns TO campaign_sender_worker;
 GRANT INSERT (campaign_id, paused_at, paused_by, pause_reason),
       UPDATE (paused_at, paused_by, pause_reason, updated_at)
     ON campaigns TO campaign_sender_worker;
+GRANT SELECT, INSERT, DELETE ON run_budgets TO campaign_sender_worker;
 GRANT SELECT ON _sqlx_migrations TO campaign_sender_worker;
 
 GRANT SELECT ON campaign_targets, rate_limits, rate_pods, _sqlx_migrations
     TO campaign_sender_operator;
-GRANT INSERT (campaign_id, member_id, email) ON campaign_targets TO campaign_sender_operator;
+GRANT INSERT (campaign_id, member_id, email, priority, send_after)
+    ON campaign_targets TO campaign_sender_operator;
 GRANT UPDATE (state, attempts, not_before, lease_until, updated_at)
     ON campaign_targets TO campaign_sender_operator;
 GRANT SELECT, INSERT, UPDATE ON campaigns TO campaign_sender_operator;

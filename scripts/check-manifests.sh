@@ -30,7 +30,8 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 status=0
-for dir in overlays/indexed-job overlays/cronjob overlays/deployment monitoring; do
+for dir in overlays/indexed-job overlays/cronjob overlays/cadence-nightly-window overlays/cadence-every-6h \
+  overlays/deployment monitoring; do
   out="$tmp/$(echo "$dir" | tr / -).yaml"
   echo "== $dir"
   kubectl kustomize "manifests/$dir" >"$out"

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Shows the plan and cost of one claim on a 1.2 M-row campaign with 100 000 rows still pending
-# (the rest sent), on a throwaway PostgreSQL. Checks that the claim uses the partial work-set
-# index, i.e. stays O(batch) however many rows are done.
+# (the rest sent), spread over 10 priorities, on a throwaway PostgreSQL. Fails unless the claim
+# reads the partial work-set index in claim order (priority, then member) with no sort, i.e.
+# stays O(batch) however many rows are done or pending.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -n "${DATABASE_URL:-}" ] || exec scripts/with-pg.sh scripts/explain-claim.sh "$@"
 url=$DATABASE_URL
 for f in migrations/*.sql; do psql -q "$url" -f "$f"; done
-psql -q "$url" -c "INSERT INTO campaign_targets (campaign_id, member_id, email, state)
-  SELECT 'c', g, 'm' || g || '@example.com', CASE WHEN g <= 1100000 THEN 'sent' ELSE 'pending' END
+psql -q "$url" -c "INSERT INTO campaign_targets (campaign_id, member_id, email, state, priority)
+  SELECT 'c', g, 'm' || g || '@example.com', CASE WHEN g <= 1100000 THEN 'sent' ELSE 'pending' END, g % 10
   FROM generate_series(1, 1200000) g" -c "ANALYZE campaign_targets"
 # The claim statement (`const CLAIM` in src/store/targets.rs), with literals for its parameters.
 sql=$(python3 - <<'PY'
@@ -22,4 +23,6 @@ PY
 )
 plan=$(psql "$url" -c "EXPLAIN (ANALYZE, BUFFERS) $sql")
 echo "$plan"
-grep -q "campaign_targets_work_idx" <<<"$plan" || { echo "claim does not use the work-set index" >&2; exit 1; }
+grep -q "Index Scan using campaign_targets_work_prio_idx" <<<"$plan" \
+  || { echo "claim does not scan the work-set index in claim order" >&2; exit 1; }
+! grep -q "Sort" <<<"$plan" || { echo "claim sorts: it reads more than a batch" >&2; exit 1; }

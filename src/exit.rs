@@ -10,10 +10,12 @@ use serde::Serialize;
 use crate::report::StopReason;
 use crate::store::CampaignCounts;
 
-/// Campaign done; permanent failures within `MAX_PERMANENT_FAILURE_RATIO`. Also `serve` told to
-/// stop (a pod being scaled in is not a failure).
+/// The run did all it may: the campaign is done, or its time ran out — `DEADLINE_S` (counted
+/// from the Job's start) or the send window — with the rest left for the next run. Neither a
+/// failure nor worth a retry now: a Job's pod exits 0 and is not restarted into more sending.
+/// Also `serve` told to stop (a pod being scaled in is not a failure).
 pub const DONE: u8 = 0;
-/// Stopped before done (deadline or SIGTERM). A rerun continues where this one stopped.
+/// Interrupted before done (SIGTERM) with time left: a retry continues where this one stopped.
 pub const INCOMPLETE: u8 = 1;
 /// Permanent failures above `MAX_PERMANENT_FAILURE_RATIO` of the campaign: a person must look.
 pub const TOO_MANY_FAILURES: u8 = 2;
@@ -51,8 +53,9 @@ pub enum Mode {
 ///
 /// "A person must look" wins over everything: this pod found failures over the budget (2). A
 /// `serve` pod otherwise exits 0 — it stops only when told to, and a Deployment restarts it
-/// anyway. A `run` then says whether the campaign is done: failures over the budget (2, also
-/// when another pod crossed it), done (0), paused (3), or stopped before done (1).
+/// anyway. A `run` then says: failures over the budget (2, also when another pod crossed it),
+/// paused (3), interrupted with time left (1), or it did all it may (0: done, or its time ran
+/// out — the report's `reason` and counts say which).
 pub fn code(reason: StopReason, mode: Mode, campaign: &CampaignCounts, failure_budget: i64) -> u8 {
     if reason == StopReason::TooManyFailures {
         return TOO_MANY_FAILURES;
@@ -61,9 +64,9 @@ pub fn code(reason: StopReason, mode: Mode, campaign: &CampaignCounts, failure_b
         Mode::Serve => DONE,
         Mode::Run if campaign.failed > failure_budget => TOO_MANY_FAILURES,
         Mode::Run => match reason {
-            StopReason::Done => DONE,
+            StopReason::Done | StopReason::Deadline | StopReason::WindowClosed => DONE,
             StopReason::Paused => PAUSED,
-            StopReason::Deadline | StopReason::Signal | StopReason::TooManyFailures => INCOMPLETE,
+            StopReason::Signal | StopReason::TooManyFailures => INCOMPLETE,
         },
     }
 }
@@ -87,6 +90,7 @@ mod tests {
         for reason in [
             StopReason::Done,
             StopReason::Deadline,
+            StopReason::WindowClosed,
             StopReason::Signal,
             StopReason::Paused,
             StopReason::TooManyFailures,
@@ -100,11 +104,13 @@ mod tests {
     }
 
     #[test]
-    fn a_run_within_its_budget_says_done_paused_or_incomplete() {
+    fn a_run_within_its_budget_says_done_for_now_paused_or_interrupted() {
         let ok = counts(10);
         assert_eq!(code(StopReason::Done, Mode::Run, &ok, 10), DONE);
         assert_eq!(code(StopReason::Paused, Mode::Run, &ok, 10), PAUSED);
-        assert_eq!(code(StopReason::Deadline, Mode::Run, &ok, 10), INCOMPLETE);
+        // Out of time is not a failure, nor worth a retry now: done for now.
+        assert_eq!(code(StopReason::Deadline, Mode::Run, &ok, 10), DONE);
+        assert_eq!(code(StopReason::WindowClosed, Mode::Run, &ok, 10), DONE);
         assert_eq!(code(StopReason::Signal, Mode::Run, &ok, 10), INCOMPLETE);
         assert_eq!(
             code(StopReason::TooManyFailures, Mode::Run, &ok, 10),
@@ -115,7 +121,12 @@ mod tests {
     #[test]
     fn a_serve_pod_exits_0_unless_it_crossed_the_budget_itself() {
         for failed in [0, 11] {
-            for reason in [StopReason::Signal, StopReason::Done, StopReason::Paused] {
+            for reason in [
+                StopReason::Signal,
+                StopReason::Done,
+                StopReason::Paused,
+                StopReason::WindowClosed,
+            ] {
                 assert_eq!(code(reason, Mode::Serve, &counts(failed), 10), DONE);
             }
         }

@@ -12,7 +12,9 @@
 //! - [`rate`]: one provider limit for the whole fleet — the pure round (`plan.rs`, simulated
 //!   in `sim.rs`), the coordinator's rounds in PostgreSQL, the governor pacer;
 //! - [`provider`]: the HTTP client for the provider contract (idempotency key, timeouts);
-//! - [`outcome`]: pure decisions: status → attempt → what to write, backoff with jitter.
+//! - [`outcome`]: pure decisions: status → attempt → what to write, backoff with jitter;
+//! - [`window`]: a campaign's send window in its time zone (pure: open or closed at an instant,
+//!   DST included).
 //!
 //! Around it:
 //! - [`config`]: typed environment configuration, defaults, validation (exit 78), secrets;
@@ -39,4 +41,5 @@ pub mod report;
 pub mod status;
 pub mod store;
 pub mod telemetry;
+pub mod window;
 pub mod worker;

@@ -2,7 +2,7 @@
 //! SIGINT into the library's shutdown token, run, exit with the code the library returns. All
 //! the work is in the library ([`campaign_sender`]).
 
-use clap::Parser;
+use clap::Parser as _;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
@@ -10,7 +10,10 @@ use campaign_sender::cli::{self, Cli};
 use campaign_sender::exit;
 
 fn main() -> std::process::ExitCode {
-    let args = Cli::parse();
+    let args = match Cli::try_parse() {
+        Ok(a) => a,
+        Err(e) => return parse_failure(e),
+    };
     campaign_sender::telemetry::init();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -20,6 +23,20 @@ fn main() -> std::process::ExitCode {
         let shutdown = shutdown_on_signals();
         cli::run(args, shutdown).await
     });
+    std::process::ExitCode::from(code)
+}
+
+/// A command line that cannot be honoured: help and version print and exit 0; a value that is
+/// not what an option takes (a malformed window, an unknown time zone) is bad configuration,
+/// exit 78; any other mistake in the command line, clap's usage code (2).
+fn parse_failure(e: clap::Error) -> std::process::ExitCode {
+    use clap::error::ErrorKind;
+    let code = match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => 0,
+        ErrorKind::ValueValidation | ErrorKind::InvalidValue => exit::CONFIG,
+        _ => 2,
+    };
+    let _ = e.print();
     std::process::ExitCode::from(code)
 }
 

@@ -50,6 +50,9 @@ pub const SENT_AFTER_OPTOUT_TOTAL: &str = "campaign_sender_sent_after_optout_tot
 pub const RESULT_WRITES_FAILED_TOTAL: &str = "campaign_sender_result_writes_failed_total";
 /// The campaign's rows by `state` (ready, waiting, leased, failed), sampled by each pod.
 pub const BACKLOG_ROWS: &str = "campaign_sender_backlog_rows";
+/// 1 while the campaign's send window is open (or it has none), 0 while it is closed: what the
+/// no-progress alert leaves alone.
+pub const SEND_WINDOW_OPEN: &str = "campaign_sender_send_window_open";
 
 /// Every metric this crate records (the manifests' alerts and dashboard may use only these).
 pub const ALL: &[&str] = &[
@@ -72,6 +75,7 @@ pub const ALL: &[&str] = &[
     SENT_AFTER_OPTOUT_TOTAL,
     RESULT_WRITES_FAILED_TOTAL,
     BACKLOG_ROWS,
+    SEND_WINDOW_OPEN,
 ];
 
 /// Serves `/metrics` on `addr` (every path answers with the exposition). Must run inside the
@@ -182,6 +186,10 @@ pub fn sent_after_optout(n: u64) {
 
 pub fn result_writes_failed(n: u64) {
     counter!(RESULT_WRITES_FAILED_TOTAL).increment(n);
+}
+
+pub fn window_open(open: bool) {
+    gauge!(SEND_WINDOW_OPEN).set(if open { 1.0 } else { 0.0 });
 }
 
 /// The work left (and, when known, the failed rows), as gauges by state.

@@ -37,6 +37,8 @@ struct SendBody<'a> {
 #[derive(Clone)]
 pub struct Provider {
     client: reqwest::Client,
+    /// The bound on a whole attempt (connect + read timeouts).
+    total: Duration,
     url: reqwest::Url,
     api_key: Option<Secret>,
     campaign_id: String,
@@ -63,6 +65,7 @@ impl Provider {
             ))
             .build()?;
         Ok(Self {
+            total: connect + read,
             client,
             url: reqwest::Url::parse(&cfg.mail_url).expect("MAIL_URL validated at start"),
             api_key: cfg.mail_api_key.clone(),
@@ -70,13 +73,28 @@ impl Provider {
         })
     }
 
-    /// One attempt for one recipient. `attempt` is for tracing only: the key never changes.
+    /// One attempt for one recipient, over by `until` at the latest (the pass's time is up: a
+    /// request cut there is a timeout, retried later under the same key). `attempt` is for
+    /// tracing only: the key never changes.
     #[tracing::instrument(name = "send", skip_all, fields(member_id, attempt))]
-    pub async fn send(&self, member_id: i64, attempt: i32, email: &str, template: &str) -> Attempt {
+    pub async fn send(
+        &self,
+        member_id: i64,
+        attempt: i32,
+        email: &str,
+        template: &str,
+        until: Option<tokio::time::Instant>,
+    ) -> Attempt {
         let _ = attempt;
+        let bound = until.map_or(self.total, |u| {
+            self.total
+                .min(u.saturating_duration_since(tokio::time::Instant::now()))
+                .max(Duration::from_millis(1))
+        });
         let mut req = self
             .client
             .post(self.url.clone())
+            .timeout(bound)
             .header(
                 "Idempotency-Key",
                 idempotency_key(&self.campaign_id, member_id),

@@ -67,8 +67,10 @@ impl WorkerStats {
 pub enum StopReason {
     /// Nothing left to send.
     Done,
-    /// `DEADLINE_S` (or a step's `stop_at`) passed.
+    /// `DEADLINE_S` (or a step's `stop_at`) passed: the run's time is up, work may be left.
     Deadline,
+    /// The campaign's send window is closed (at the start, or it closed during the run).
+    WindowClosed,
     /// SIGTERM or SIGINT (the process's shutdown token).
     Signal,
     /// This pod found the campaign's `failed` rows over the budget (and paused it).

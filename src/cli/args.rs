@@ -97,8 +97,8 @@ pub enum Command {
         #[arg(long)]
         dry_run: bool,
     },
-    /// Writes the campaign's optional settings row: template and failure threshold. Only the
-    /// options given change; the pause is not touched.
+    /// Writes the campaign's optional settings row: template, failure threshold, send window.
+    /// Only the options given change; the pause is not touched.
     Configure {
         #[arg(long)]
         campaign: String,
@@ -108,6 +108,13 @@ pub enum Command {
         /// Failure threshold for this campaign (default: MAX_PERMANENT_FAILURE_RATIO).
         #[arg(long, value_parser = parse_ratio)]
         max_permanent_failure_ratio: Option<f64>,
+        /// Send only between these local times every day, e.g. `22:00-06:00` (may wrap
+        /// midnight; DST changes keep the wall-clock hours); `none` sends at any time again.
+        #[arg(long, value_parser = parse_window, value_name = "HH:MM-HH:MM|none")]
+        window: Option<WindowArg>,
+        /// The window's time zone, an IANA name (`Asia/Tokyo`); needed with a new window.
+        #[arg(long, value_parser = crate::window::parse_tz, value_name = "AREA/CITY")]
+        timezone: Option<chrono_tz::Tz>,
         /// Create the settings row of a campaign that has no targets yet (otherwise an unknown
         /// campaign is refused: a typo must not create a campaign).
         #[arg(long)]
@@ -140,4 +147,19 @@ fn parse_delimiter(v: &str) -> Result<u8, String> {
         _ if v.len() == 1 && v.is_ascii() && v != "\"" => Ok(v.as_bytes()[0]),
         _ => Err("must be one character, e.g. , or ; (or `tab`)".into()),
     }
+}
+
+/// `--window`: a span of local time, or `none`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowArg {
+    None,
+    Span(chrono::NaiveTime, chrono::NaiveTime),
+}
+
+fn parse_window(v: &str) -> Result<WindowArg, String> {
+    if v.eq_ignore_ascii_case("none") {
+        return Ok(WindowArg::None);
+    }
+    let (start, end) = crate::window::parse_span(v)?;
+    Ok(WindowArg::Span(start, end))
 }

@@ -12,10 +12,12 @@ use std::time::Duration;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
+use super::args::WindowArg;
 use super::{Command, Db};
 use crate::exit;
 use crate::store::campaigns::{self, Pause};
 use crate::store::{RetryFilter, Store};
+use crate::window::SendWindow;
 
 /// Runs one operator command on a pool over a migrated database.
 pub async fn dispatch(cmd: Command, pool: &PgPool, db: &Db<'_>, shutdown: CancellationToken) -> u8 {
@@ -79,15 +81,24 @@ pub async fn dispatch(cmd: Command, pool: &PgPool, db: &Db<'_>, shutdown: Cancel
             campaign,
             template,
             max_permanent_failure_ratio,
+            window,
+            timezone,
             create: _,
         } => {
-            configure(
-                pool,
-                &campaign,
-                template.as_deref(),
-                max_permanent_failure_ratio,
-            )
-            .await
+            let settings = Settings {
+                template: template.as_deref(),
+                ratio: max_permanent_failure_ratio,
+                window,
+                timezone,
+            };
+            match configure(pool, &campaign, settings).await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(problem)) => {
+                    eprintln!("configuration error: {problem}; nothing changed");
+                    return exit::CONFIG;
+                }
+                Err(e) => Err(e),
+            }
         }
         Command::Migrate | Command::Run | Command::Serve => unreachable!("not an operator command"),
     };
@@ -223,22 +234,61 @@ async fn retry_failed(
     Ok(())
 }
 
+/// What `configure` was asked to change (`None`: keep it).
+struct Settings<'a> {
+    template: Option<&'a str>,
+    ratio: Option<f64>,
+    window: Option<WindowArg>,
+    timezone: Option<chrono_tz::Tz>,
+}
+
+/// Writes the settings asked for; `Ok(Err(…))` for a request that cannot be honoured (a window
+/// without a time zone), with nothing changed.
 async fn configure(
     pool: &PgPool,
     campaign: &str,
-    template: Option<&str>,
-    ratio: Option<f64>,
-) -> Result<(), sqlx::Error> {
-    campaigns::set_settings(pool, campaign, template, ratio).await?;
+    asked: Settings<'_>,
+) -> Result<Result<(), String>, sqlx::Error> {
+    let before = campaigns::settings(pool, campaign).await?;
+    let window = match (asked.window, asked.timezone, before.window) {
+        (Some(WindowArg::None), _, _) => Some(None),
+        (Some(WindowArg::Span(start, end)), Some(tz), _) => {
+            Some(Some(SendWindow::new(start, end, tz)))
+        }
+        (Some(WindowArg::Span(start, end)), None, Some(old)) => {
+            Some(Some(SendWindow::new(start, end, old.tz)))
+        }
+        (Some(WindowArg::Span(..)), None, None) => {
+            return Ok(Err(
+                "--window needs --timezone (an IANA name such as Asia/Tokyo)".into(),
+            ))
+        }
+        (None, Some(tz), Some(old)) => Some(Some(SendWindow::new(old.start, old.end, tz))),
+        (None, Some(_), None) => {
+            return Ok(Err(
+                "--timezone is the send window's: give --window too".into()
+            ))
+        }
+        (None, None, _) => None,
+    };
+    if asked.template.is_some() || asked.ratio.is_some() || !before.stored {
+        campaigns::set_settings(pool, campaign, asked.template, asked.ratio).await?;
+    }
+    if let Some(w) = window {
+        campaigns::set_window(pool, campaign, w).await?;
+    }
     let s = campaigns::settings(pool, campaign).await?;
     println!(
-        "{campaign}: template {}, failure threshold {}",
+        "{campaign}: template {}, failure threshold {}, send window {}",
         s.template,
         s.max_permanent_failure_ratio
             .map(|r| r.to_string())
-            .unwrap_or_else(|| "MAX_PERMANENT_FAILURE_RATIO".into())
+            .unwrap_or_else(|| "MAX_PERMANENT_FAILURE_RATIO".into()),
+        s.window
+            .map(|w| w.to_string())
+            .unwrap_or_else(|| "none (any time)".into())
     );
-    Ok(())
+    Ok(Ok(()))
 }
 
 #[cfg(test)]

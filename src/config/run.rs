@@ -57,8 +57,9 @@ pub struct RunConfig {
     /// re-sends at most what was in flight plus this much unwritten work.
     #[serde(default = "defaults::flush_interval_ms")]
     pub flush_interval_ms: u64,
-    /// `DEADLINE_S` (default 3300): the run stops claiming after this and exits 1 if work is
-    /// left; 0 means no deadline.
+    /// `DEADLINE_S` (default 3300): `run` stops claiming this long after its Job started (with
+    /// `JOB_NAME`; else after this process started) and exits 0 with the rest left for the next
+    /// run; 0 means no deadline. `serve` has none.
     #[serde(default = "defaults::deadline_s")]
     pub deadline_s: u64,
     /// `MAX_ATTEMPTS` (default 5): a retryable failure on this attempt becomes `failed`.
@@ -103,6 +104,11 @@ pub struct RunConfig {
     /// `JOB_COMPLETION_INDEX` (set by an Indexed Job).
     #[serde(default)]
     pub job_completion_index: Option<u32>,
+    /// `JOB_NAME` (default unset; the manifests set it from the pod's `job-name` label): the Job
+    /// this pod belongs to. With it, `DEADLINE_S` counts from the Job's start, shared by all its
+    /// pods and their restarts, so a restarted pod gets no new time budget.
+    #[serde(default)]
+    pub job_name: Option<String>,
     /// `HOSTNAME` (set by Kubernetes to the pod name).
     #[serde(default)]
     pub hostname: Option<String>,
@@ -323,6 +329,7 @@ impl RunConfig {
     pub fn flush_interval(&self) -> Duration {
         Duration::from_millis(self.flush_interval_ms)
     }
+    /// `DEADLINE_S` as a duration; `None` for 0 (no deadline).
     pub fn deadline(&self) -> Option<Duration> {
         (self.deadline_s > 0).then(|| Duration::from_secs(self.deadline_s))
     }

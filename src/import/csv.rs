@@ -3,9 +3,10 @@
 //! memory stays flat in file size (duplicates are found by the database, not here).
 //!
 //! Input: `member_id,email` per line, header optional. With a header the columns are found by
-//! name (`member_id`, `email`; others are ignored), so a rejects file can be fixed and fed back
-//! as it is. Fields are trimmed; blank lines are skipped. Reasons never quote an address
-//! (personal data): they name the line and what is wrong.
+//! name (`member_id`, `email`, and the optional `priority` — an integer, higher sent first — and
+//! `send_after` — an RFC 3339 time before which the row is not sent; others are ignored), so a
+//! rejects file can be fixed and fed back as it is. Fields are trimmed; blank lines are skipped.
+//! Reasons never quote an address (personal data): they name the line and what is wrong.
 
 use std::io::{Read, Write};
 use std::sync::atomic::Ordering;
@@ -21,19 +22,34 @@ const CHUNK_BYTES: usize = 1 << 20;
 /// The rejects file: `member_id,email,line,reason`.
 pub(super) type Rejects = csv::Writer<Box<dyn Write + Send>>;
 
-/// Where the two columns are.
+/// Where the columns are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Columns {
     pub member_id: usize,
     pub email: usize,
+    /// Optional: higher is sent first (empty or absent: 0).
+    pub priority: Option<usize>,
+    /// Optional: not sent before this time (empty or absent: no schedule).
+    pub send_after: Option<usize>,
     /// Fields every record must have.
     pub width: usize,
+}
+
+/// One valid record, as it is staged.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    pub member_id: i64,
+    pub email: String,
+    pub priority: i32,
+    pub send_after: Option<chrono::DateTime<chrono::FixedOffset>>,
 }
 
 impl Columns {
     pub const POSITIONAL: Columns = Columns {
         member_id: 0,
         email: 1,
+        priority: None,
+        send_after: None,
         width: 2,
     };
 
@@ -46,6 +62,8 @@ impl Columns {
             Some(email) => Ok(Columns {
                 member_id,
                 email,
+                priority: find("priority"),
+                send_after: find("send_after"),
                 width: fields.len(),
             }),
             None => Err("the header names member_id but no email column".to_string()),
@@ -53,8 +71,9 @@ impl Columns {
     }
 }
 
-/// Validates one record: the member id and the address, or why not. Pure.
-pub fn check_record(fields: &[&str], cols: Columns) -> Result<(i64, String), String> {
+/// Validates one record: the member id, the address, and the optional priority and schedule,
+/// or why not. Pure.
+pub fn check_record(fields: &[&str], cols: Columns) -> Result<Record, String> {
     if fields.len() != cols.width {
         return Err(format!(
             "expected {} fields, found {}",
@@ -77,7 +96,25 @@ pub fn check_record(fields: &[&str], cols: Columns) -> Result<(i64, String), Str
     if !plausible_email(Some(email)) {
         return Err("email is not a plausible address".into());
     }
-    Ok((id, email.to_string()))
+    let optional = |i: Option<usize>| i.map(|i| fields[i]).filter(|v| !v.is_empty());
+    let priority = match optional(cols.priority) {
+        None => 0,
+        Some(v) => v
+            .parse::<i32>()
+            .map_err(|_| format!("priority '{v}' is not an integer"))?,
+    };
+    let send_after = match optional(cols.send_after) {
+        None => None,
+        Some(v) => Some(chrono::DateTime::parse_from_rfc3339(v).map_err(|_| {
+            format!("send_after '{v}' is not an RFC 3339 time (e.g. 2026-12-06T08:00:00+09:00)")
+        })?),
+    };
+    Ok(Record {
+        member_id: id,
+        email: email.to_string(),
+        priority,
+        send_after,
+    })
 }
 
 /// Appends `value` in COPY text format (backslash escapes).
@@ -142,7 +179,8 @@ impl ReadOutcome {
     }
 }
 
-/// Valid records as COPY text (`line \t member_id \t email`), sent on in 1-MiB chunks.
+/// Valid records as COPY text (`line \t member_id \t email \t priority \t send_after`), sent
+/// on in 1-MiB chunks.
 struct Chunks {
     chunk: Vec<u8>,
     tx: mpsc::Sender<Vec<u8>>,
@@ -150,13 +188,20 @@ struct Chunks {
 
 impl Chunks {
     /// False once the database side has gone away (its error is reported).
-    fn push(&mut self, line: u64, id: i64, email: &str) -> bool {
+    fn push(&mut self, line: u64, r: &Record) -> bool {
         let c = &mut self.chunk;
         c.extend_from_slice(line.to_string().as_bytes());
         c.push(b'\t');
-        c.extend_from_slice(id.to_string().as_bytes());
+        c.extend_from_slice(r.member_id.to_string().as_bytes());
         c.push(b'\t');
-        push_copy_text(c, email);
+        push_copy_text(c, &r.email);
+        c.push(b'\t');
+        c.extend_from_slice(r.priority.to_string().as_bytes());
+        c.push(b'\t');
+        match &r.send_after {
+            Some(t) => c.extend_from_slice(t.to_rfc3339().as_bytes()),
+            None => c.extend_from_slice(b"\\N"),
+        }
         c.push(b'\n');
         if c.len() < CHUNK_BYTES {
             return true;
@@ -236,8 +281,8 @@ pub(super) fn read_input(
         out.records += 1;
         progress.records.fetch_add(1, Ordering::Relaxed);
         match check_record(&fields, c) {
-            Ok((id, email)) => {
-                if !chunks.push(line, id, &email) {
+            Ok(record) => {
+                if !chunks.push(line, &record) {
                     break;
                 }
             }
@@ -343,7 +388,12 @@ mod tests {
     fn a_valid_record_gives_its_id_and_address() {
         assert_eq!(
             check_record(&["42", "a@example.com"], Columns::POSITIONAL),
-            Ok((42, "a@example.com".to_string()))
+            Ok(Record {
+                member_id: 42,
+                email: "a@example.com".to_string(),
+                priority: 0,
+                send_after: None,
+            })
         );
     }
 
@@ -372,6 +422,8 @@ mod tests {
             Some(Ok(Columns {
                 member_id: 1,
                 email: 0,
+                priority: None,
+                send_after: None,
                 width: 3
             }))
         );
@@ -423,6 +475,32 @@ mod tests {
             first_record(&["7", "a@example.com"], 1, b','),
             Ok(None)
         ));
+    }
+
+    #[test]
+    fn priority_and_schedule_columns_are_read_by_name_and_checked() {
+        let cols = Columns::from_header(&["send_after", "email", "priority", "member_id"])
+            .unwrap()
+            .unwrap();
+        let r = check_record(
+            &["2026-12-06T08:00:00+09:00", "a@example.com", "7", "1"],
+            cols,
+        )
+        .unwrap();
+        assert_eq!((r.member_id, r.priority), (1, 7));
+        assert_eq!(
+            r.send_after.unwrap().to_rfc3339(),
+            "2026-12-06T08:00:00+09:00"
+        );
+        let empty = check_record(&["", "a@example.com", "", "2"], cols).unwrap();
+        assert_eq!((empty.priority, empty.send_after), (0, None));
+        assert_eq!(
+            check_record(&["", "a@example.com", "high", "3"], cols).unwrap_err(),
+            "priority 'high' is not an integer"
+        );
+        assert!(check_record(&["tomorrow", "a@example.com", "1", "4"], cols)
+            .unwrap_err()
+            .starts_with("send_after 'tomorrow' is not an RFC 3339 time"));
     }
 
     #[test]

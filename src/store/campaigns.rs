@@ -4,7 +4,9 @@
 //! template, `MAX_PERMANENT_FAILURE_RATIO` from the environment, not paused). The row carries:
 //! - `template`: the provider template (else the campaign id);
 //! - `max_permanent_failure_ratio`: this campaign's failure threshold (else the environment's);
-//! - the pause: `paused_at`, `paused_by` (`operator` or `auto`) and `pause_reason`.
+//! - the pause: `paused_at`, `paused_by` (`operator` or `auto`) and `pause_reason`;
+//! - the send window: `window_start`, `window_end` (local times) and `timezone`
+//!   ([`crate::window`]).
 //!
 //! The pause is a kill switch stored in PostgreSQL, so every pod of every Job, CronJob and
 //! Deployment obeys the same switch. A running pipeline polls it every `PAUSE_POLL_MS` (≤ 1 s):
@@ -12,9 +14,11 @@
 //! writes their results and releases everything else. `run` on a paused campaign exits at once
 //! with [`crate::exit::PAUSED`]; `serve` idles until it is resumed.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveTime, Utc};
 use serde::Serialize;
 use sqlx::{FromRow, PgPool};
+
+use crate::window::{parse_tz, SendWindow};
 
 /// Who set a pause.
 pub const BY_OPERATOR: &str = "operator";
@@ -36,8 +40,18 @@ pub struct CampaignSettings {
     /// `None`: use `MAX_PERMANENT_FAILURE_RATIO`.
     pub max_permanent_failure_ratio: Option<f64>,
     pub pause: Option<Pause>,
+    /// Send only inside this window (`None`: at any time).
+    #[serde(serialize_with = "shown")]
+    pub window: Option<SendWindow>,
     /// Whether a settings row exists at all.
     pub stored: bool,
+}
+
+fn shown<S: serde::Serializer>(w: &Option<SendWindow>, s: S) -> Result<S::Ok, S::Error> {
+    match w {
+        Some(w) => s.serialize_str(&w.to_string()),
+        None => s.serialize_none(),
+    }
 }
 
 /// The `campaigns` row as stored.
@@ -47,6 +61,23 @@ struct SettingsRow {
     max_permanent_failure_ratio: Option<f64>,
     #[sqlx(flatten)]
     pause: PauseRow,
+    window_start: Option<NaiveTime>,
+    window_end: Option<NaiveTime>,
+    timezone: Option<String>,
+}
+
+impl SettingsRow {
+    /// The stored window. A time zone the database holds but no zone database knows (only SQL
+    /// by hand can write one: `configure` checks it) is a decoding error naming the value.
+    fn window(&self) -> Result<Option<SendWindow>, sqlx::Error> {
+        match (self.window_start, self.window_end, &self.timezone) {
+            (Some(start), Some(end), Some(tz)) => {
+                let tz = parse_tz(tz).map_err(|e| sqlx::Error::Decode(e.into()))?;
+                Ok(Some(SendWindow::new(start, end, tz)))
+            }
+            _ => Ok(None),
+        }
+    }
 }
 
 /// The pause columns as stored.
@@ -73,7 +104,8 @@ impl PauseRow {
 pub async fn settings(pool: &PgPool, campaign_id: &str) -> Result<CampaignSettings, sqlx::Error> {
     // language=PostgreSQL
     const SETTINGS: &str = r#"
-        SELECT template, max_permanent_failure_ratio, paused_at, paused_by, pause_reason
+        SELECT template, max_permanent_failure_ratio, paused_at, paused_by, pause_reason,
+               window_start, window_end, timezone
           FROM campaigns
          WHERE campaign_id = $1
     "#;
@@ -86,9 +118,11 @@ pub async fn settings(pool: &PgPool, campaign_id: &str) -> Result<CampaignSettin
             template: campaign_id.to_string(),
             max_permanent_failure_ratio: None,
             pause: None,
+            window: None,
             stored: false,
         },
         Some(r) => CampaignSettings {
+            window: r.window()?,
             template: r.template.unwrap_or_else(|| campaign_id.to_string()),
             max_permanent_failure_ratio: r.max_permanent_failure_ratio,
             pause: r.pause.pause(),
@@ -234,6 +268,35 @@ pub async fn set_settings(
         .bind(campaign_id)
         .bind(template)
         .bind(max_permanent_failure_ratio)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Sets (or, with `None`, clears) a campaign's send window (`configure --window`).
+///
+/// Invariants: the three columns change together (the table's CHECK says so too); nothing else
+/// in the row changes; a campaign without a row gets one.
+pub async fn set_window(
+    pool: &PgPool,
+    campaign_id: &str,
+    window: Option<SendWindow>,
+) -> Result<(), sqlx::Error> {
+    // language=PostgreSQL
+    const SET: &str = r#"
+        INSERT INTO campaigns AS c (campaign_id, window_start, window_end, timezone)
+        VALUES ($1, $2, $3, $4)
+        ON CONFLICT (campaign_id) DO UPDATE
+           SET window_start = excluded.window_start,
+               window_end   = excluded.window_end,
+               timezone     = excluded.timezone,
+               updated_at   = now()
+    "#;
+    sqlx::query(SET)
+        .bind(campaign_id)
+        .bind(window.map(|w| w.start))
+        .bind(window.map(|w| w.end))
+        .bind(window.map(|w| w.tz.name().to_string()))
         .execute(pool)
         .await?;
     Ok(())

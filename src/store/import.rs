@@ -21,7 +21,8 @@ pub async fn session(opts: &PgConnectOptions) -> Result<PgConnection, sqlx::Erro
     Ok(conn)
 }
 
-/// Inside the import's transaction: the staging table `import_rows (line, member_id, email)`.
+/// Inside the import's transaction: the staging table
+/// `import_rows (line, member_id, email, priority, send_after)`.
 ///
 /// Invariant: `ON COMMIT DROP` — the staging rows vanish with the transaction, committed or not.
 pub async fn create_staging(tx: &mut PgConnection) -> Result<(), sqlx::Error> {
@@ -31,16 +32,18 @@ pub async fn create_staging(tx: &mut PgConnection) -> Result<(), sqlx::Error> {
         .await?;
     // language=PostgreSQL
     sqlx::query(
-        "CREATE TEMP TABLE import_rows (line bigint NOT NULL, member_id bigint NOT NULL, email text NOT NULL) ON COMMIT DROP",
+        "CREATE TEMP TABLE import_rows (line bigint NOT NULL, member_id bigint NOT NULL, email text NOT NULL,
+                                        priority integer NOT NULL, send_after timestamptz) ON COMMIT DROP",
     )
     .execute(&mut *tx)
     .await?;
     Ok(())
 }
 
-/// The COPY the reader's chunks are streamed into (COPY text: `line \t member_id \t email`).
+/// The COPY the reader's chunks are streamed into (COPY text, one line per record).
 // language=PostgreSQL
-pub const COPY_STAGING: &str = "COPY import_rows (line, member_id, email) FROM STDIN";
+pub const COPY_STAGING: &str =
+    "COPY import_rows (line, member_id, email, priority, send_after) FROM STDIN";
 
 /// Statistics for the planner (a temp table has none): hash/merge plans for the checks.
 pub async fn analyze_staging(tx: &mut PgConnection) -> Result<(), sqlx::Error> {
@@ -96,7 +99,8 @@ pub async fn drop_repeats(tx: &mut PgConnection) -> Result<(), sqlx::Error> {
 /// - idempotent: a row the campaign already has is left exactly as it is (its state, its
 ///   attempts, its address): a `sent` row is never reset, a running worker's lease never
 ///   disturbed;
-/// - new rows enter as `pending` with every other column at its default;
+/// - new rows enter as `pending` with their priority and schedule, every other column at its
+///   default;
 /// - inserted in key order, so the primary-key index is filled sequentially.
 ///
 /// The fast path skips existing rows with an anti-join and inserts plainly (`ON CONFLICT`'s
@@ -106,8 +110,8 @@ pub async fn drop_repeats(tx: &mut PgConnection) -> Result<(), sqlx::Error> {
 pub async fn insert_new(tx: &mut PgConnection, campaign_id: &str) -> Result<u64, sqlx::Error> {
     // language=PostgreSQL
     const FAST: &str = r#"
-        INSERT INTO campaign_targets (campaign_id, member_id, email)
-        SELECT $1, i.member_id, i.email
+        INSERT INTO campaign_targets (campaign_id, member_id, email, priority, send_after)
+        SELECT $1, i.member_id, i.email, i.priority, i.send_after
           FROM import_rows i
          WHERE NOT EXISTS (SELECT 1 FROM campaign_targets t
                             WHERE t.campaign_id = $1 AND t.member_id = i.member_id)

@@ -2,7 +2,9 @@
 //!
 //! - [`targets`]: `campaign_targets`, the work queue (claim, re-check, heartbeat, fenced finish,
 //!   what is left, counts for `status`, `retry-failed`);
-//! - [`campaigns`]: `campaigns`, the optional settings row and the fleet-wide kill switch;
+//! - [`campaigns`]: `campaigns`, the optional settings row (template, budget, send window) and
+//!   the fleet-wide kill switch;
+//! - [`budgets`]: `run_budgets`, one time budget per Job;
 //! - [`rate`]: `rate_limits` and `rate_pods`, the fleet-wide rate limit's rounds;
 //! - [`import`]: the statements of `import` (staging table, duplicate check, idempotent insert);
 //! - [`connect`]: the pool and the migrations; [`problem`]: what a database error means for the
@@ -16,6 +18,7 @@
 //! only multi-statement transactions are a rate round (serialised by its key's row lock, see
 //! [`rate`]) and an import (atomic by design, see [`import`]).
 
+pub mod budgets;
 pub mod campaigns;
 pub mod connect;
 pub mod import;

@@ -135,7 +135,7 @@ pub struct Batch {
 pub struct Remaining {
     /// `pending` and claimable now.
     pub ready: i64,
-    /// `pending`, waiting for `not_before` (retry backoff).
+    /// `pending`, waiting for `not_before` (retry backoff) or `send_after` (a schedule).
     pub waiting: i64,
     /// `sending`: leased by a worker (or by a crashed one until the lease expires).
     pub leased: i64,
@@ -179,10 +179,14 @@ pub struct Progress {
     pub counts: CampaignCounts,
     /// `pending` rows in retry backoff.
     pub retry_waiting: i64,
+    /// `pending` rows scheduled for later (`send_after` in the future).
+    pub scheduled: i64,
     /// Rows that became `sent` in the last minute.
     pub sent_last_minute: i64,
     /// Seconds since the oldest of those (the window the rate is measured over).
     pub recent_window_s: Option<f64>,
+    /// When the last row was sent.
+    pub last_sent_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// A count of rows by their last provider status and error class.
@@ -295,12 +299,14 @@ impl Store {
     ///   passes over rows another claim is locking, instead of waiting for it;
     /// - an opted-out row is never claimed (`opted_out_at IS NULL`, re-evaluated on the locked,
     ///   latest row version, so an opt-out committed before the claim always wins);
-    /// - a row in retry backoff is not claimed before `not_before`;
+    /// - a row in retry backoff is not claimed before `not_before`, nor a scheduled row before
+    ///   its `send_after`; neither blocks the rows behind it;
+    /// - the highest `priority` goes first, then the lowest `member_id`;
     /// - a row another worker holds is taken only after its lease expired (the crash case);
     /// - the claim counts the attempt (`attempts + 1`) and stamps a new `claim_id`, which
     ///   fences off every later write by the previous holder;
-    /// - it reads the partial work-set index only (`scripts/explain-claim.sh` fails otherwise),
-    ///   so its cost is O(batch) however many rows are done.
+    /// - it reads the partial work-set index in that order (`scripts/explain-claim.sh` fails
+    ///   otherwise), so its cost is O(batch) however many rows are done.
     pub async fn claim(&self, limit: u32, lease: Duration) -> Result<Batch, sqlx::Error> {
         let claim_id = Uuid::new_v4();
         // language=PostgreSQL
@@ -311,9 +317,10 @@ impl Store {
                  WHERE campaign_id = $1
                    AND opted_out_at IS NULL
                    AND state IN ('pending', 'sending')
-                   AND (   (state = 'pending' AND (not_before IS NULL OR not_before <= now()))
+                   AND (   (state = 'pending' AND (not_before IS NULL OR not_before <= now())
+                                              AND (send_after IS NULL OR send_after <= now()))
                         OR (state = 'sending' AND (lease_until IS NULL OR lease_until < now())))
-                 ORDER BY member_id
+                 ORDER BY priority DESC, member_id
                  LIMIT $2
                    FOR UPDATE SKIP LOCKED
             )
@@ -497,10 +504,11 @@ impl Store {
     pub async fn remaining(&self) -> Result<Remaining, sqlx::Error> {
         // language=PostgreSQL
         const REMAINING: &str = r#"
-            SELECT count(*) FILTER (WHERE state = 'pending' AND (not_before IS NULL OR not_before <= now())) AS ready,
-                   count(*) FILTER (WHERE state = 'pending' AND not_before > now()) AS waiting,
+            SELECT count(*) FILTER (WHERE state = 'pending' AND (not_before IS NULL OR not_before <= now())
+                                                           AND (send_after IS NULL OR send_after <= now())) AS ready,
+                   count(*) FILTER (WHERE state = 'pending' AND (not_before > now() OR send_after > now())) AS waiting,
                    count(*) FILTER (WHERE state = 'sending') AS leased,
-                   extract(epoch FROM min(CASE WHEN state = 'pending' THEN not_before
+                   extract(epoch FROM min(CASE WHEN state = 'pending' THEN greatest(not_before, send_after)
                                                ELSE lease_until END) - now())::float8 AS next_due_s
               FROM campaign_targets
              WHERE campaign_id = $1
@@ -547,14 +555,38 @@ impl Store {
                    count(*) FILTER (WHERE opted_out_at IS NOT NULL AND state NOT IN ('sent', 'failed')) AS opted_out,
                    count(*) FILTER (WHERE state = 'pending' AND opted_out_at IS NULL
                                       AND not_before > now()) AS retry_waiting,
+                   count(*) FILTER (WHERE state = 'pending' AND opted_out_at IS NULL
+                                      AND send_after > now()) AS scheduled,
                    count(*) FILTER (WHERE state = 'sent' AND sent_at > now() - interval '1 minute') AS sent_last_minute,
                    extract(epoch FROM now() - min(sent_at) FILTER (
-                       WHERE state = 'sent' AND sent_at > now() - interval '1 minute'))::float8 AS recent_window_s
+                       WHERE state = 'sent' AND sent_at > now() - interval '1 minute'))::float8 AS recent_window_s,
+                   max(sent_at) FILTER (WHERE state = 'sent') AS last_sent_at
               FROM campaign_targets
              WHERE campaign_id = $1
         "#;
         sqlx::query_as(PROGRESS)
             .bind(&self.campaign_id)
+            .fetch_one(&self.pool)
+            .await
+    }
+
+    /// The rate the campaign was last sent at: rows sent in the minute up to `last` (its last
+    /// delivery), per second. What `status` assumes for a campaign not sending now (its window
+    /// is closed).
+    pub async fn rate_before(
+        &self,
+        last: chrono::DateTime<chrono::Utc>,
+    ) -> Result<f64, sqlx::Error> {
+        // language=PostgreSQL
+        const RATE: &str = r#"
+            SELECT count(*)::float8 / 60
+              FROM campaign_targets
+             WHERE campaign_id = $1 AND state = 'sent'
+               AND sent_at > $2 - interval '1 minute' AND sent_at <= $2
+        "#;
+        sqlx::query_scalar(RATE)
+            .bind(&self.campaign_id)
+            .bind(last)
             .fetch_one(&self.pool)
             .await
     }

@@ -219,6 +219,7 @@ impl Gate<'_, '_> {
             reach: w.reach.clone(),
             recorder: w.recorder.clone(),
             out: self.out.clone(),
+            until: self.p.requests_end,
         };
         let task = tokio::spawn(send.run(claim_id, row, permit));
         if probe {

@@ -2,22 +2,24 @@
 //! - the lease heartbeat: every `LEASE_S / 3` it extends the lease of every row still held
 //!   ([`crate::store::Store::extend_leases`], fenced by claim), so a live worker's rows never
 //!   expire under it, and samples the backlog gauges;
-//! - the pause watch: every `PAUSE_POLL_MS` it looks at the campaign's kill switch
-//!   ([`crate::store::campaigns::paused`]) and, once it is on, stops the pass — the same stop as
-//!   SIGTERM.
+//! - the settings watch: every `PAUSE_POLL_MS` it reads the campaign's settings row
+//!   ([`crate::store::campaigns::settings`]) and stops the pass — the same stop as SIGTERM — once
+//!   the kill switch is on or the send window is closed (an operator may change it mid-run; the
+//!   pass's own timer stops it at the window's end to the instant).
 //!
 //! Both retry a failed statement by the one rule ([`crate::store::outage`]) until their next
 //! beat, and then simply try again at it.
 
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::pipeline::Pipeline;
 use crate::metrics as m;
 use crate::report::StopReason;
-use crate::store::campaigns;
+use crate::store::campaigns::{self, CampaignSettings};
 use crate::store::connect::error_text;
 use crate::store::outage::retrying;
+use crate::window::WindowState;
 
 impl Pipeline<'_> {
     /// Extends the lease of every row still held, every LEASE_S / 3, until `done`.
@@ -62,9 +64,10 @@ impl Pipeline<'_> {
         }
     }
 
-    /// The kill switch: every `PAUSE_POLL_MS` looks at the campaign's pause and, once it is on,
-    /// stops the pipeline — the same stop as SIGTERM: no claim and no send starts after this,
-    /// in-flight requests finish, results are written and the rest is released.
+    /// The kill switch and the send window: every `PAUSE_POLL_MS` reads the campaign's settings
+    /// and, once it is paused or outside its window, stops the pipeline — the same stop as
+    /// SIGTERM: no claim and no send starts after this, in-flight requests finish, results are
+    /// written and the rest is released.
     pub(super) async fn pause_watch(&self, done: CancellationToken) {
         let poll = self.cfg().pause_poll();
         let mut tick = tokio::time::interval(poll);
@@ -76,24 +79,40 @@ impl Pipeline<'_> {
                 _ = self.stop.stopped() => return,
                 _ = done.cancelled() => return,
             }
-            let paused = retrying(poll, "reading the campaign's pause", || {
-                campaigns::paused(store.pool(), store.campaign_id())
+            let settings = retrying(poll, "reading the campaign's settings", || {
+                campaigns::settings(store.pool(), store.campaign_id())
             });
-            match paused.await {
-                Ok(Some(pause)) => {
-                    warn!(worker = %self.w.name, paused_by = %pause.by,
-                          reason = pause.reason.as_deref().unwrap_or(""),
-                          "campaign paused; stopping: in-flight requests finish, the rest is released");
-                    self.stop.stop(StopReason::Paused);
-                    return;
+            match settings.await {
+                Ok(s) => {
+                    if let Some(reason) = self.must_stop(&s) {
+                        self.stop.stop(reason);
+                        return;
+                    }
                 }
-                Ok(None) => {}
                 // Sends need the database too (the gate's re-check), so an outage stops them
                 // anyway.
                 Err(e) => {
-                    warn!(error = %error_text(&e), "cannot read the campaign's pause; will retry")
+                    warn!(error = %error_text(&e), "cannot read the campaign's settings; will retry")
                 }
             }
+        }
+    }
+
+    /// Whether the settings stop this pass: paused, or outside the send window.
+    fn must_stop(&self, s: &CampaignSettings) -> Option<StopReason> {
+        if let Some(pause) = &s.pause {
+            warn!(worker = %self.w.name, paused_by = %pause.by,
+                  reason = pause.reason.as_deref().unwrap_or(""),
+                  "campaign paused; stopping: in-flight requests finish, the rest is released");
+            return Some(StopReason::Paused);
+        }
+        match s.window.map(|w| (w, w.state_at(chrono::Utc::now()))) {
+            Some((w, WindowState::Closed { .. })) => {
+                m::window_open(false);
+                info!(worker = %self.w.name, window = %w, "send window closed; stopping: in-flight requests finish, the rest is released");
+                Some(StopReason::WindowClosed)
+            }
+            _ => None,
         }
     }
 }

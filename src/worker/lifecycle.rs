@@ -1,29 +1,54 @@
-//! How a worker lives: [`Worker::run`] (a Job's pod: until done, `DEADLINE_S`, the failure
-//! budget, a pause or SIGTERM), [`Worker::serve`] (a Deployment's pod: pass after pass, idling
-//! between them without a share of the rate limit), and [`Worker::step`] (one batch, for tests
-//! and tools that drive the queue step by step instead of sleeping).
+//! How a worker lives: [`Worker::run`] (a Job's pod: until done, its time is up — `DEADLINE_S`
+//! from the Job's start, or the send window's close — the failure budget, a pause or SIGTERM),
+//! [`Worker::serve`] (a Deployment's pod: pass after pass, idling between them — done, paused,
+//! or outside the send window — without a share of the rate limit), and [`Worker::step`] (one
+//! batch, for tests and tools that drive the queue step by step instead of sleeping).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::pipeline::Pipeline;
+use super::pipeline::{Pipeline, REQUEST_GRACE};
 use super::{RunError, Step, Worker};
 use crate::exit::Mode;
 use crate::metrics as m;
 use crate::report::{RunReport, StopReason};
 use crate::store::campaigns::{self, CampaignSettings};
-use crate::store::CampaignCounts;
+use crate::store::{budgets, CampaignCounts};
+use crate::window::WindowState;
 
 /// What a pass starts from: the campaign's settings and its size.
 struct PassStart {
     settings: CampaignSettings,
     counts: CampaignCounts,
     failure_budget: i64,
+}
+
+/// When a pass must be over, and why: the earlier of the send window's close and the run's
+/// deadline.
+#[derive(Debug, Clone, Copy)]
+struct End {
+    at: Instant,
+    reason: StopReason,
+}
+
+impl End {
+    fn earliest(a: Option<End>, b: Option<End>) -> Option<End> {
+        match (a, b) {
+            (Some(a), Some(b)) => Some(if b.at < a.at { b } else { a }),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+/// The local instant of a wall-clock one (now if it is past).
+fn instant_of(t: DateTime<Utc>) -> Instant {
+    Instant::now() + (t - Utc::now()).to_std().unwrap_or_default()
 }
 
 impl Worker {
@@ -41,7 +66,7 @@ impl Worker {
             })
             .await?;
         let p = Pipeline::new(self, settings.template.into(), cancel, true, i64::MAX);
-        let _deadline = p.stop.at(stop_at);
+        let _deadline = p.stop.at(stop_at, StopReason::Deadline);
         let empty = p.drive().await;
         if let Some(e) = p.stop.take_fatal() {
             return Err(e);
@@ -58,9 +83,34 @@ impl Worker {
     /// report unless the database stayed unreachable longer than the outage limit.
     pub async fn run(&self, cancel: CancellationToken) -> Result<RunReport, RunError> {
         self.start_coordinator();
-        let report = self.pass(&cancel, self.cfg.deadline(), Mode::Run).await;
+        let report = match self.deadline().await {
+            Ok(deadline) => self.pass(&cancel, deadline, Mode::Run).await,
+            Err(e) => Err(e),
+        };
         self.stop_coordinator().await;
         report
+    }
+
+    /// The run's deadline: `DEADLINE_S` after its Job's time budget started (the first pod of
+    /// the Job started it: a restarted pod gets what is left, not a new budget), or after this
+    /// process started when it is not a Job's (no `JOB_NAME`).
+    async fn deadline(&self) -> Result<Option<Instant>, RunError> {
+        let Some(budget) = self.cfg.deadline() else {
+            return Ok(None);
+        };
+        let spent = match &self.cfg.job_name {
+            Some(job) => {
+                self.retrying("reading the Job's time budget", || {
+                    budgets::elapsed(self.store.pool(), job)
+                })
+                .await?
+            }
+            None => Duration::ZERO,
+        };
+        if spent >= budget {
+            warn!(worker = %self.name, spent_s = spent.as_secs(), "the Job's time budget (DEADLINE_S) was spent before this pod started; nothing is sent");
+        }
+        Ok(Some(Instant::now() + budget.saturating_sub(spent)))
     }
 
     /// The long-running mode (`campaign-sender serve`, a Deployment): no deadline; when the
@@ -92,6 +142,7 @@ impl Worker {
                 // automatic one (the pod that crossed the budget exited 2; the others, and its
                 // restart, wait).
                 StopReason::Paused => self.idle_while_paused(cancel).await?,
+                StopReason::WindowClosed => self.idle_while_closed(cancel).await?,
                 _ => return Ok(report),
             };
             if !resumed {
@@ -121,6 +172,33 @@ impl Worker {
         }
     }
 
+    /// Waits until the campaign's send window opens (true) or `cancel` fires (false), holding no
+    /// share of the fleet's limit meanwhile. Looks at the settings at least once a minute, so a
+    /// window an operator changes meanwhile is seen.
+    async fn idle_while_closed(&self, cancel: &CancellationToken) -> Result<bool, RunError> {
+        self.signals.set_busy(false);
+        loop {
+            let settings = self
+                .retrying("reading the campaign's settings", || {
+                    campaigns::settings(self.store.pool(), self.store.campaign_id())
+                })
+                .await?;
+            let opens_at = match settings.window.map(|w| w.state_at(Utc::now())) {
+                Some(WindowState::Closed { opens_at }) => opens_at,
+                _ => {
+                    info!(worker = %self.name, "send window open");
+                    return Ok(true);
+                }
+            };
+            m::window_open(false);
+            let wake = instant_of(opens_at).min(Instant::now() + Duration::from_secs(60));
+            tokio::select! {
+                _ = cancel.cancelled() => return Ok(false),
+                _ = tokio::time::sleep_until(wake) => {}
+            }
+        }
+    }
+
     /// Waits until the campaign has work again (true) or `cancel` fires (false), holding no
     /// share of the fleet's limit meanwhile.
     async fn idle_until_work(&self, cancel: &CancellationToken) -> Result<bool, RunError> {
@@ -142,12 +220,12 @@ impl Worker {
         }
     }
 
-    /// One pass of the pipeline until done, `deadline`, the failure threshold, a pause or
-    /// `cancel`.
+    /// One pass of the pipeline until done, its end (the deadline, the window's close), the
+    /// failure threshold, a pause or `cancel`.
     async fn pass(
         &self,
         cancel: &CancellationToken,
-        deadline: Option<Duration>,
+        deadline: Option<Instant>,
         mode: Mode,
     ) -> Result<RunReport, RunError> {
         let started = Instant::now();
@@ -170,22 +248,61 @@ impl Worker {
                   "campaign is paused; nothing sent. `campaign-sender resume --campaign …` lifts it");
             return Ok(report(StopReason::Paused, start.counts.clone()));
         }
+        let end = match self.end_of_pass(&start.settings, deadline) {
+            Ok(end) => end,
+            // Its time is up already (the window is closed, the deadline passed): claim nothing.
+            Err(reason) => return Ok(report(reason, start.counts.clone())),
+        };
         info!(worker = %self.name, campaign = %self.store.campaign_id(), total = start.counts.total, "run started");
         let template: Arc<str> = start.settings.template.clone().into();
-        let p = Pipeline::new(self, template, cancel, false, start.failure_budget);
-        let deadline_guard = deadline.map(|d| p.stop.at(started + d));
+        let mut p = Pipeline::new(self, template, cancel, false, start.failure_budget);
+        p.requests_end = end.map(|e| e.at + REQUEST_GRACE);
+        let end_guard = end.map(|e| p.stop.at(e.at, e.reason));
         p.drive().await;
-        drop(deadline_guard);
+        drop(end_guard);
         if let Some(e) = p.stop.take_fatal() {
             return Err(e);
         }
-        let reason = p.stop.reason(cancel.is_cancelled());
+        let reason = p.stop.reason();
         let counts = self
             .retrying("counting the campaign", || self.store.counts())
             .await?;
         let report = report(reason, counts);
         info!(worker = %self.name, reason = ?reason, exit_code = report.exit_code, "run finished");
         Ok(report)
+    }
+
+    /// When this pass must end: the earlier of the send window's close and `deadline`; or, if
+    /// either is already past, why it may not start.
+    fn end_of_pass(
+        &self,
+        settings: &CampaignSettings,
+        deadline: Option<Instant>,
+    ) -> Result<Option<End>, StopReason> {
+        let by_deadline = deadline.map(|at| End {
+            at,
+            reason: StopReason::Deadline,
+        });
+        let by_window = match settings.window.map(|w| (w, w.state_at(Utc::now()))) {
+            Some((w, WindowState::Closed { opens_at })) => {
+                m::window_open(false);
+                info!(worker = %self.name, window = %w, opens_at = %opens_at, "send window closed; nothing sent until it opens");
+                return Err(StopReason::WindowClosed);
+            }
+            Some((_, WindowState::Open { closes_at })) => {
+                m::window_open(true);
+                Some(End {
+                    at: instant_of(closes_at),
+                    reason: StopReason::WindowClosed,
+                })
+            }
+            None => None,
+        };
+        let end = End::earliest(by_deadline, by_window);
+        match end {
+            Some(e) if e.at <= Instant::now() => Err(e.reason),
+            _ => Ok(end),
+        }
     }
 
     /// The campaign's settings, its size and its failure budget at the start of a pass.

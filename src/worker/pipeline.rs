@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, Notify};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -14,6 +15,10 @@ use super::Worker;
 use crate::config::RunConfig;
 use crate::outcome::Resolution;
 use crate::store::Remaining;
+
+/// How long a request may still run after the pass's time is up (the send window closed, the
+/// deadline passed): the pod exits within this, plus the final write, of the end.
+pub(super) const REQUEST_GRACE: std::time::Duration = std::time::Duration::from_secs(4);
 
 /// What a send (or the gate) hands the flusher about one claimed row.
 pub(super) enum Settled {
@@ -31,7 +36,10 @@ pub(super) struct Pipeline<'a> {
     pub(super) w: &'a Worker,
     /// The provider template (the settings row's, else the campaign id).
     pub(super) template: Arc<str>,
-    pub(super) stop: Stop,
+    pub(super) stop: Arc<Stop>,
+    /// No request may run past this (the send window's end or the deadline, plus
+    /// [`REQUEST_GRACE`]): a request started close to it gets only what is left as its timeout.
+    pub(super) requests_end: Option<Instant>,
     /// A `step`: claim one batch only.
     pub(super) one_batch: bool,
     /// `failed` rows the campaign may have before the pass stops (`i64::MAX` for a step).
@@ -63,7 +71,8 @@ impl<'a> Pipeline<'a> {
         Self {
             w,
             template,
-            stop: Stop::child_of(cancel),
+            stop: Arc::new(Stop::child_of(cancel)),
+            requests_end: None,
             one_batch,
             failure_budget,
             held: Mutex::new(HashMap::new()),

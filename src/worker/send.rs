@@ -32,6 +32,8 @@ pub(super) struct SendTask {
     pub(super) reach: Arc<Reachability>,
     pub(super) recorder: Arc<Recorder>,
     pub(super) out: mpsc::UnboundedSender<Settled>,
+    /// No request runs past this (the pass's end plus its grace).
+    pub(super) until: Option<Instant>,
 }
 
 impl SendTask {
@@ -41,7 +43,13 @@ impl SendTask {
         let email = row.email.as_deref().unwrap_or_default();
         let attempt = self
             .provider
-            .send(row.member_id, row.attempt, email, &self.template)
+            .send(
+                row.member_id,
+                row.attempt,
+                email,
+                &self.template,
+                self.until,
+            )
             .await;
         self.recorder.request(t0.elapsed(), &attempt);
         let pause = self.unreachable_pause(&attempt);

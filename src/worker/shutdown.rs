@@ -1,7 +1,9 @@
 //! The one stop path of a pipeline pass, whatever stops it.
 //!
 //! A pass stops on the caller's token (SIGTERM or SIGINT: the binary cancels it), at its
-//! deadline (`DEADLINE_S`, or a step's `stop_at`), when the campaign is paused (the pause watch),
+//! deadline (`DEADLINE_S` from the Job's start, or a step's `stop_at`), when the send window
+//! closes (at its instant, or when the settings watch sees it closed), when the campaign is
+//! paused (the settings watch),
 //! when permanent failures cross the budget (the flusher), when the campaign is done (the
 //! claimer), or when the database stays away too long (any stage). Every one of them goes
 //! through [`Stop`], and stopping is the same for all:
@@ -65,14 +67,18 @@ impl Stop {
         self.token.cancel();
     }
 
-    /// Stops the pass at `when` unless it stopped before; unrecorded, such a stop reads as
-    /// [`StopReason::Deadline`] ([`Stop::reason`]). The timer ends with the returned guard.
-    pub(super) fn at(&self, when: Instant) -> DeadlineGuard {
-        let token = self.token.clone();
+    /// Stops the pass at `when` for `reason` unless it stopped before. The timer ends with the
+    /// returned guard.
+    pub(super) fn at(
+        self: &std::sync::Arc<Self>,
+        when: Instant,
+        reason: StopReason,
+    ) -> DeadlineGuard {
+        let stop = self.clone();
         let task = tokio::spawn(async move {
             tokio::select! {
-                _ = tokio::time::sleep_until(when) => token.cancel(),
-                _ = token.cancelled() => {}
+                _ = tokio::time::sleep_until(when) => stop.stop(reason),
+                _ = stop.token.cancelled() => {}
             }
         });
         DeadlineGuard(task)
@@ -83,14 +89,13 @@ impl Stop {
         self.fatal.lock().expect("lock").take()
     }
 
-    /// Why the pass stopped: the recorded reason; else a signal if `signalled` (the parent
-    /// token fired); else its deadline (the only other way a pass stops unrecorded).
-    pub(super) fn reason(&self, signalled: bool) -> StopReason {
-        match *self.reason.lock().expect("lock") {
-            Some(r) => r,
-            None if signalled => StopReason::Signal,
-            None => StopReason::Deadline,
-        }
+    /// Why the pass stopped: the recorded reason; else a signal (the parent token fired: the
+    /// only way a pass stops unrecorded).
+    pub(super) fn reason(&self) -> StopReason {
+        self.reason
+            .lock()
+            .expect("lock")
+            .unwrap_or(StopReason::Signal)
     }
 }
 

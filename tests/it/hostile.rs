@@ -265,7 +265,8 @@ async fn an_unreachable_provider_fails_no_row_and_the_run_delivers_when_it_retur
     cfg.max_attempts = 2;
     cfg.deadline_s = 3;
     let down = run_to_end(&pool, cfg.clone()).await;
-    assert_eq!(down.exit_code, exit::INCOMPLETE, "{down:?}");
+    // Out of time is "done for now" (0); the report's reason and counts say what is left.
+    assert_eq!(down.exit_code, exit::DONE, "{down:?}");
     assert_eq!(down.reason, StopReason::Deadline, "{down:?}");
     assert_eq!(down.stats.failed, 0, "{down:?}");
     assert!(down.stats.deferred >= 2, "never tried: {down:?}");

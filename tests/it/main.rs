@@ -17,3 +17,4 @@ mod security;
 mod sending;
 mod serve;
 mod tls;
+mod windows;

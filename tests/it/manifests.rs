@@ -157,6 +157,60 @@ fn deadlines_and_grace_periods_nest_the_way_the_app_expects() {
     assert!(int(&job, "spec.activeDeadlineSeconds") >= deadline_s + grace);
 }
 
+/// Each cadence overlay keeps a Job inside its period: the app stops at DEADLINE_S (from the
+/// Job's first pod), the Job's deadline is above that plus the grace period, and both end before
+/// the next fire, so that `concurrencyPolicy: Forbid` skips a fire only for a Job that started
+/// late. A Job's pods share one budget only if they are told their Job's name.
+#[test]
+fn every_cadence_ends_a_job_before_the_next_fire_and_pods_know_their_job() {
+    let grace = int(
+        &load("manifests/overlays/cronjob/cronjob.yaml"),
+        "spec.jobTemplate.spec.template.spec.terminationGracePeriodSeconds",
+    );
+    // (overlay, its period in seconds, the schedule it must have)
+    for (dir, period, schedule) in [
+        ("cadence-nightly-window", 86_400, "0 2 * * *"),
+        ("cadence-every-6h", 21_600, "0 2-23/6 * * *"),
+    ] {
+        let cron = load(&format!("manifests/overlays/{dir}/cronjob.yaml"));
+        let cm = load(&format!("manifests/overlays/{dir}/configmap.yaml"));
+        let deadline_s: i64 = at(&cm, "data.DEADLINE_S")
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let active = int(&cron, "spec.jobTemplate.spec.activeDeadlineSeconds");
+        let starting = int(&cron, "spec.startingDeadlineSeconds");
+        assert_eq!(at(&cron, "spec.schedule"), schedule, "{dir}");
+        assert_eq!(at(&cron, "spec.timeZone"), "Asia/Tokyo", "{dir}");
+        assert_eq!(at(&cron, "spec.concurrencyPolicy"), "Forbid", "{dir}");
+        assert!(
+            active >= deadline_s + grace,
+            "{dir}: {active} < {deadline_s} + {grace}"
+        );
+        assert!(active < period, "{dir}: a Job outlives its period");
+        assert!(
+            starting < period,
+            "{dir}: a late start reaches the next fire"
+        );
+    }
+    for (file, spec) in &WORKERS[..2] {
+        let pod = load(file);
+        let env = at(&pod, &format!("{spec}.containers.0.env"));
+        let job_name = env
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == "JOB_NAME")
+            .unwrap_or_else(|| panic!("{file}: no JOB_NAME"));
+        assert_eq!(
+            at(job_name, "valueFrom.fieldRef.fieldPath"),
+            "metadata.labels['batch.kubernetes.io/job-name']",
+            "{file}"
+        );
+    }
+}
+
 #[test]
 fn pods_run_real_subcommands_and_expose_the_metrics_port_the_app_listens_on() {
     use clap::Parser;

@@ -7,6 +7,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use campaign_sender::exit;
+use campaign_sender::report::StopReason;
 use fake_provider::FakeConfig;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
@@ -181,7 +182,8 @@ async fn an_https_provider_whose_certificate_we_cannot_verify_gets_no_request(po
     cfg.deadline_s = 2;
     let report = run_to_end(&pool, cfg).await;
     let _ = std::fs::remove_dir_all(&dir);
-    assert_eq!(report.exit_code, exit::INCOMPLETE, "{report:?}");
+    assert_eq!(report.exit_code, exit::DONE, "{report:?}");
+    assert_eq!(report.reason, StopReason::Deadline, "{report:?}");
     assert_eq!(report.stats.failed, 0, "{report:?}");
     assert!(report.stats.deferred >= 1, "never tried: {report:?}");
     let rows: Vec<(i32, Option<String>)> =

@@ -3,10 +3,13 @@
 //! One [`Status`] gathers: counts by state (opted out apart), the send rate over the last
 //! minute and the ETA at that rate, the kill switch (who paused and why), the live pods with
 //! their share of the fleet's rate limit, and the most common failure and retry reasons (the
-//! last provider status and error class stored per row). [`render`] draws it for a terminal,
-//! [`one_line`] for a log or a pipe; the struct itself serialises for `--json`.
+//! last provider status and error class stored per row), and the send window with an ETA that
+//! counts whole windows. [`render`] draws it for a terminal, [`one_line`] for a log or a pipe;
+//! the struct itself serialises for `--json`.
 
-use std::fmt::Write as _;
+mod render;
+
+pub use render::{one_line, render};
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -15,6 +18,7 @@ use sqlx::PgPool;
 use crate::store::campaigns::{self, Pause};
 use crate::store::rate::{self as rate_sql, KeyState};
 use crate::store::{Progress, Reason, RowState, Store};
+use crate::window::{SendWindow, WindowState};
 
 /// Reasons listed per kind.
 pub const TOP_REASONS: i64 = 5;
@@ -45,6 +49,32 @@ pub struct Status {
     pub failures: Vec<Reason>,
     /// Top (status, class) among rows waiting to retry.
     pub retrying: Vec<Reason>,
+    /// The send window, if the campaign has one.
+    pub window: Option<WindowStatus>,
+}
+
+/// The send window as `status` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct WindowStatus {
+    /// `22:00-06:00 Asia/Tokyo`.
+    pub window: String,
+    pub open: bool,
+    /// When it closes (open) or next opens (closed).
+    pub next_change: DateTime<Utc>,
+    /// When the campaign finishes, sending only inside the window.
+    pub finish: Option<Finish>,
+    #[serde(skip)]
+    pub send_window: SendWindow,
+}
+
+/// A finish that counts whole windows.
+#[derive(Debug, Clone, Serialize)]
+pub struct Finish {
+    /// The rate assumed: the recent one, else the one the campaign was last sent at.
+    pub rate_per_s: f64,
+    /// Windows it takes, the current one (if open) included.
+    pub windows: u32,
+    pub at: DateTime<Utc>,
 }
 
 /// The delivery rate a status shows: recent deliveries over the window they span, at least one
@@ -65,6 +95,26 @@ pub fn eta_s(remaining: i64, rate: f64) -> Option<f64> {
     (rate > 0.0).then(|| remaining as f64 / rate)
 }
 
+/// The window now: open or closed, its next change, and when `remaining` rows are done at
+/// `rate`, sending only inside it.
+pub fn window_status(w: SendWindow, now: DateTime<Utc>, remaining: i64, rate: f64) -> WindowStatus {
+    let (open, next_change) = match w.state_at(now) {
+        WindowState::Open { closes_at } => (true, closes_at),
+        WindowState::Closed { opens_at } => (false, opens_at),
+    };
+    WindowStatus {
+        window: w.to_string(),
+        open,
+        next_change,
+        finish: w.finish(now, remaining, rate).map(|(at, windows)| Finish {
+            rate_per_s: rate,
+            windows,
+            at,
+        }),
+        send_window: w,
+    }
+}
+
 /// Reads everything `status` shows. `default_ratio` is `MAX_PERMANENT_FAILURE_RATIO` (the
 /// settings row's ratio wins).
 pub async fn gather(
@@ -81,7 +131,18 @@ pub async fn gather(
     let c = &progress.counts;
     let remaining = c.pending + c.sending;
     let rate = rate_per_s(&progress);
+    let window = match settings.window {
+        Some(w) => {
+            let last = match (rate > 0.0, progress.last_sent_at) {
+                (true, _) | (_, None) => rate,
+                (false, Some(at)) => store.rate_before(at).await?,
+            };
+            Some(window_status(w, Utc::now(), remaining, last))
+        }
+        None => None,
+    };
     Ok(Status {
+        window,
         campaign_id: campaign_id.to_string(),
         at: Utc::now(),
         known: c.total > 0 || settings.stored,
@@ -102,156 +163,9 @@ pub async fn gather(
     })
 }
 
-fn duration(s: f64) -> String {
-    let s = s.round() as u64;
-    match s {
-        0..=59 => format!("{s}s"),
-        60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
-        _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
-    }
-}
-
-fn reason(r: &Reason) -> String {
-    match r.status {
-        Some(s) => format!("{:>8}  {} {}", r.count, s, r.class),
-        None => format!("{:>8}  {}", r.count, r.class),
-    }
-}
-
-/// The short form: `spring-sale: 812034/1200000 settled, 498.2/s, ETA 12m59s`.
-pub fn one_line(s: &Status) -> String {
-    let c = &s.progress.counts;
-    let settled = c.sent + c.failed + c.opted_out;
-    let eta = match (s.done, s.eta_s) {
-        (true, _) => "done".to_string(),
-        (_, Some(e)) => format!("ETA {}", duration(e)),
-        (_, None) => "ETA unknown (nothing delivered in the last minute)".to_string(),
-    };
-    let paused = match &s.paused {
-        Some(p) => format!(", PAUSED by {}", p.by),
-        None => String::new(),
-    };
-    format!(
-        "{}: {settled}/{} settled ({} sent, {} failed, {} opted out), {:.1}/s, {eta}{paused}",
-        s.campaign_id, c.total, c.sent, c.failed, c.opted_out, s.rate_per_s
-    )
-}
-
-/// The full form, for a terminal: one section after the other.
-pub fn render(s: &Status) -> String {
-    let mut o = String::new();
-    render_state(&mut o, s);
-    render_counts(&mut o, s);
-    render_limits(&mut o, s);
-    render_reasons(&mut o, s);
-    o
-}
-
-fn render_state(o: &mut String, s: &Status) {
-    let _ = writeln!(o, "campaign   {} (template {})", s.campaign_id, s.template);
-    match &s.paused {
-        Some(p) => {
-            let why = p
-                .reason
-                .as_deref()
-                .map(|r| format!(": {r}"))
-                .unwrap_or_default();
-            let _ = writeln!(
-                o,
-                "PAUSED     since {} by {}{why}",
-                p.at.format("%Y-%m-%d %H:%M:%S UTC"),
-                p.by
-            );
-            let _ = writeln!(
-                o,
-                "           `campaign-sender resume --campaign {}` lifts it",
-                s.campaign_id
-            );
-        }
-        None => {
-            let _ = writeln!(o, "state      {}", if s.done { "done" } else { "running" });
-        }
-    }
-}
-
-fn render_counts(o: &mut String, s: &Status) {
-    let c = &s.progress.counts;
-    let _ = writeln!(
-        o,
-        "targets    {} total: {} sent, {} failed ({}), {} pending ({} waiting to retry), {} sending, {} opted out",
-        c.total, c.sent, c.failed, budget(s), c.pending, s.progress.retry_waiting, c.sending, c.opted_out
-    );
-    let eta = match s.eta_s {
-        Some(e) if !s.done => format!(", ETA {}", duration(e)),
-        _ => String::new(),
-    };
-    let _ = writeln!(
-        o,
-        "rate       {:.1}/s over the last minute ({} delivered){eta}",
-        s.rate_per_s, s.progress.sent_last_minute
-    );
-}
-
-/// The failure budget in words: "budget 12 = 1 % of 1200", or, for a campaign too small for
-/// its ratio to allow one row, that any failure stops a run.
-fn budget(s: &Status) -> String {
-    let pct = s.failure_ratio * 100.0;
-    let total = s.progress.counts.total;
-    if s.failure_budget == 0 {
-        format!("any failure stops a run: {pct} % of {total} is less than one row")
-    } else {
-        format!("budget {} = {pct} % of {total}", s.failure_budget)
-    }
-}
-
-/// Each rate-limit key the campaign's pods send under, with every live pod of the key.
-fn render_limits(o: &mut String, s: &Status) {
-    if s.limits.is_empty() {
-        let _ = writeln!(o, "workers    none live");
-    }
-    for k in &s.limits {
-        let paused = k
-            .paused_for_s
-            .map(|p| format!(", paused {p:.1}s after a 429"))
-            .unwrap_or_default();
-        let _ = writeln!(
-            o,
-            "limit      {}: {:.0}/s configured, {:.0}/s effective{paused}, {} live pods",
-            k.key,
-            k.limit_per_s,
-            k.effective_per_s,
-            k.members.len()
-        );
-        for m in &k.members {
-            let other = if m.campaign_id == s.campaign_id {
-                String::new()
-            } else {
-                format!(" (campaign {})", m.campaign_id)
-            };
-            let idle = if m.weight == 0.0 { ", idle" } else { "" };
-            let _ = writeln!(
-                o,
-                "  {:<24} share {:>7.1}/s{idle}{other}",
-                m.worker, m.share_per_s
-            );
-        }
-    }
-}
-
-fn render_reasons(o: &mut String, s: &Status) {
-    for (title, list) in [("failed", &s.failures), ("retrying", &s.retrying)] {
-        if list.is_empty() {
-            continue;
-        }
-        let _ = writeln!(o, "{title} by last status and class:");
-        for r in list {
-            let _ = writeln!(o, "{}", reason(r));
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::render::{budget, duration};
     use super::*;
 
     fn progress(sent_last_minute: i64, window: Option<f64>) -> Progress {
@@ -297,6 +211,7 @@ mod tests {
             limits: vec![],
             failures: vec![],
             retrying: vec![],
+            window: None,
         };
         s.progress.counts.total = 50;
         assert_eq!(
@@ -306,6 +221,54 @@ mod tests {
         s.progress.counts.total = 1200;
         s.failure_budget = 12;
         assert_eq!(budget(&s), "budget 12 = 1 % of 1200");
+    }
+
+    #[test]
+    fn with_a_window_the_eta_counts_whole_windows_in_its_zone() {
+        use chrono::TimeZone;
+        let tz: chrono_tz::Tz = "Asia/Tokyo".parse().unwrap();
+        let w = SendWindow::new(
+            chrono::NaiveTime::from_hms_opt(2, 0, 0).unwrap(),
+            chrono::NaiveTime::from_hms_opt(6, 0, 0).unwrap(),
+            tz,
+        );
+        // Saturday 2026-12-05 12:00 JST, closed; 3.5 windows of work at 100/s.
+        let now = tz
+            .with_ymd_and_hms(2026, 12, 5, 12, 0, 0)
+            .unwrap()
+            .with_timezone(&Utc);
+        let mut s = Status {
+            campaign_id: "c".into(),
+            at: now,
+            known: true,
+            progress: progress(0, None),
+            remaining: 5_040_000,
+            rate_per_s: 0.0,
+            eta_s: None,
+            done: false,
+            paused: None,
+            template: "c".into(),
+            failure_budget: 1,
+            failure_ratio: 0.01,
+            limits: vec![],
+            failures: vec![],
+            retrying: vec![],
+            window: Some(window_status(w, now, 5_040_000, 100.0)),
+        };
+        s.progress.counts.total = 6_000_000;
+        let text = render(&s);
+        assert!(
+            text.contains(
+                "window     02:00-06:00 Asia/Tokyo: closed, opens Sun 02:00 JST (in 14h00m)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "ETA        at 100/s, 4h00m a window: 4 more windows, done about Wed 04:00 JST"
+            ),
+            "{text}"
+        );
     }
 
     #[test]

@@ -1,0 +1,204 @@
+//! `status` for a person: [`render`] for a terminal, [`one_line`] for a log or a pipe.
+
+use std::fmt::Write as _;
+
+use super::{Status, WindowStatus};
+use crate::store::Reason;
+
+pub(super) fn duration(s: f64) -> String {
+    let s = s.round() as u64;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+fn reason(r: &Reason) -> String {
+    match r.status {
+        Some(s) => format!("{:>8}  {} {}", r.count, s, r.class),
+        None => format!("{:>8}  {}", r.count, r.class),
+    }
+}
+
+/// The short form: `spring-sale: 812034/1200000 settled, 498.2/s, ETA 12m59s`.
+pub fn one_line(s: &Status) -> String {
+    let c = &s.progress.counts;
+    let settled = c.sent + c.failed + c.opted_out;
+    let eta = match (s.done, s.eta_s) {
+        (true, _) => "done".to_string(),
+        (_, Some(e)) => format!("ETA {}", duration(e)),
+        (_, None) => "ETA unknown (nothing delivered in the last minute)".to_string(),
+    };
+    let paused = match &s.paused {
+        Some(p) => format!(", PAUSED by {}", p.by),
+        None => String::new(),
+    };
+    format!(
+        "{}: {settled}/{} settled ({} sent, {} failed, {} opted out), {:.1}/s, {eta}{paused}",
+        s.campaign_id, c.total, c.sent, c.failed, c.opted_out, s.rate_per_s
+    )
+}
+
+/// The full form, for a terminal: one section after the other.
+pub fn render(s: &Status) -> String {
+    let mut o = String::new();
+    render_state(&mut o, s);
+    render_counts(&mut o, s);
+    render_limits(&mut o, s);
+    render_reasons(&mut o, s);
+    o
+}
+
+fn render_state(o: &mut String, s: &Status) {
+    let _ = writeln!(o, "campaign   {} (template {})", s.campaign_id, s.template);
+    match &s.paused {
+        Some(p) => {
+            let why = p
+                .reason
+                .as_deref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default();
+            let _ = writeln!(
+                o,
+                "PAUSED     since {} by {}{why}",
+                p.at.format("%Y-%m-%d %H:%M:%S UTC"),
+                p.by
+            );
+            let _ = writeln!(
+                o,
+                "           `campaign-sender resume --campaign {}` lifts it",
+                s.campaign_id
+            );
+        }
+        None => {
+            let _ = writeln!(o, "state      {}", if s.done { "done" } else { "running" });
+        }
+    }
+}
+
+fn render_counts(o: &mut String, s: &Status) {
+    let c = &s.progress.counts;
+    let _ = writeln!(
+        o,
+        "targets    {} total: {} sent, {} failed ({}), {} pending ({} waiting to retry, {} scheduled for later), {} sending, {} opted out",
+        c.total, c.sent, c.failed, budget(s), c.pending, s.progress.retry_waiting, s.progress.scheduled, c.sending, c.opted_out
+    );
+    // With a window, the ETA counts whole windows (its own line); without, it is the rate's.
+    let eta = match s.eta_s {
+        Some(e) if !s.done && s.window.is_none() => format!(", ETA {}", duration(e)),
+        _ => String::new(),
+    };
+    let _ = writeln!(
+        o,
+        "rate       {:.1}/s over the last minute ({} delivered){eta}",
+        s.rate_per_s, s.progress.sent_last_minute
+    );
+    if let Some(w) = &s.window {
+        render_window(o, w, s.done, s.at);
+    }
+}
+
+/// `window     22:00-06:00 Asia/Tokyo: closed, opens Sat 22:00 JST (in 5h12m)` and the ETA in
+/// whole windows: `at 100/s, 8h00m a window: this one and 2 more, done about Wed 05:40 JST`.
+fn render_window(o: &mut String, w: &WindowStatus, done: bool, now: chrono::DateTime<chrono::Utc>) {
+    let tz = w.send_window.tz;
+    let local =
+        |t: chrono::DateTime<chrono::Utc>| t.with_timezone(&tz).format("%a %H:%M %Z").to_string();
+    let change = if w.open {
+        "open, closes"
+    } else {
+        "closed, opens"
+    };
+    let _ = writeln!(
+        o,
+        "window     {}: {change} {} (in {})",
+        w.window,
+        local(w.next_change),
+        duration((w.next_change - now).num_seconds() as f64)
+    );
+    if done {
+        return;
+    }
+    let span = {
+        let secs = (w.send_window.end - w.send_window.start)
+            .num_seconds()
+            .rem_euclid(86_400);
+        duration(secs as f64)
+    };
+    let line = match &w.finish {
+        None => "unknown: nothing delivered yet to estimate a rate from".to_string(),
+        Some(f) => {
+            let windows = match (w.open, f.windows) {
+                (true, 1) => "within this one".to_string(),
+                (true, n) => format!("this one and {} more", n - 1),
+                (false, 1) => "the next one".to_string(),
+                (false, n) => format!("{n} more windows"),
+            };
+            format!(
+                "at {:.0}/s, {span} a window: {windows}, done about {}",
+                f.rate_per_s,
+                local(f.at)
+            )
+        }
+    };
+    let _ = writeln!(o, "ETA        {line}");
+}
+
+/// The failure budget in words: "budget 12 = 1 % of 1200", or, for a campaign too small for
+/// its ratio to allow one row, that any failure stops a run.
+pub(super) fn budget(s: &Status) -> String {
+    let pct = s.failure_ratio * 100.0;
+    let total = s.progress.counts.total;
+    if s.failure_budget == 0 {
+        format!("any failure stops a run: {pct} % of {total} is less than one row")
+    } else {
+        format!("budget {} = {pct} % of {total}", s.failure_budget)
+    }
+}
+
+/// Each rate-limit key the campaign's pods send under, with every live pod of the key.
+fn render_limits(o: &mut String, s: &Status) {
+    if s.limits.is_empty() {
+        let _ = writeln!(o, "workers    none live");
+    }
+    for k in &s.limits {
+        let paused = k
+            .paused_for_s
+            .map(|p| format!(", paused {p:.1}s after a 429"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            o,
+            "limit      {}: {:.0}/s configured, {:.0}/s effective{paused}, {} live pods",
+            k.key,
+            k.limit_per_s,
+            k.effective_per_s,
+            k.members.len()
+        );
+        for m in &k.members {
+            let other = if m.campaign_id == s.campaign_id {
+                String::new()
+            } else {
+                format!(" (campaign {})", m.campaign_id)
+            };
+            let idle = if m.weight == 0.0 { ", idle" } else { "" };
+            let _ = writeln!(
+                o,
+                "  {:<24} share {:>7.1}/s{idle}{other}",
+                m.worker, m.share_per_s
+            );
+        }
+    }
+}
+
+fn render_reasons(o: &mut String, s: &Status) {
+    for (title, list) in [("failed", &s.failures), ("retrying", &s.retrying)] {
+        if list.is_empty() {
+            continue;
+        }
+        let _ = writeln!(o, "{title} by last status and class:");
+        for r in list {
+            let _ = writeln!(o, "{}", reason(r));
+        }
+    }
+}
