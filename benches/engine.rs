@@ -8,7 +8,7 @@
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
-use campaign_sender::outcome::{classify, resolve, RetryPolicy};
+use campaign_sender::outcome::{classify, resolve, Refusals, RetryPolicy};
 use campaign_sender::store::{Store, MIGRATOR};
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use governor::{Quota, RateLimiter};
@@ -21,13 +21,14 @@ fn classify_resolve(c: &mut Criterion) {
         retry_after_cap: Duration::from_secs(600),
     };
     let statuses = [200u16, 202, 429, 500, 503, 400, 422, 301];
+    let refusals = Refusals::default();
     c.bench_function("classify_resolve", |b| {
         let mut i = 0usize;
         b.iter(|| {
             i = i.wrapping_add(1);
             let s = statuses[i % statuses.len()];
             black_box(resolve(
-                classify(black_box(s), Some(Duration::from_secs(1))),
+                classify(black_box(s), Some(Duration::from_secs(1)), &refusals),
                 (i % 5) as u32 + 1,
                 &policy,
                 0.5,

@@ -13,16 +13,17 @@
 -- - campaign_targets: reads rows; updates only the delivery columns. It cannot insert or
 --   delete rows, and cannot change who a row is for (`campaign_id`, `member_id`, `email`) or an
 --   opt-out (`opted_out_at`, written by another system);
--- - rate_limits, rate_pods: the fleet's rate-limit coordination (pods insert, renew and prune
---   their rows);
+-- - rate_limits, rate_pods, rate_usage: the fleet's rate-limit coordination (pods insert, renew
+--   and prune their rows, record a refusal and the quota's use), but not a live limit;
 -- - campaigns: reads settings; writes only the pause columns (the automatic pause on too many
 --   failures), never the template or threshold;
 -- - run_budgets: its Job's time budget (the first pod of a Job records its start; old ones are
 --   pruned);
 -- - _sqlx_migrations: reads the applied version (workers wait for the schema).
 -- campaign_sender_operator (`import`, `status`, `pause`, `resume`, `retry-failed`,
--- `configure`): the worker's reads, inserts into campaign_targets (import, through a temporary
--- table), retry-failed's update, and the campaigns table. Neither role can create, alter or
+-- `configure`, `limit`): the worker's reads, inserts into campaign_targets (import, through a
+-- temporary table), retry-failed's update, the campaigns table, and on rate_limits the refusal
+-- (`resume` lifts it) and the live limit (`limit`). Neither role can create, alter or
 -- drop anything, or read another table.
 
 DO $$
@@ -40,16 +41,21 @@ END
 $$;
 
 -- Nothing by default: only the grants below.
-REVOKE ALL ON campaign_targets, rate_limits, rate_pods, campaigns, run_budgets, _sqlx_migrations
-    FROM campaign_sender_worker, campaign_sender_operator;
+REVOKE ALL ON campaign_targets, rate_limits, rate_pods, rate_usage, campaigns, run_budgets,
+    _sqlx_migrations FROM campaign_sender_worker, campaign_sender_operator;
 GRANT USAGE ON SCHEMA public TO campaign_sender_worker, campaign_sender_operator;
 
 GRANT SELECT ON campaign_targets TO campaign_sender_worker;
 GRANT UPDATE (state, attempts, not_before, lease_until, claim_id, last_status, last_error,
               updated_at, sent_at)
     ON campaign_targets TO campaign_sender_worker;
-GRANT SELECT, INSERT, UPDATE ON rate_limits TO campaign_sender_worker;
+GRANT SELECT, INSERT ON rate_limits TO campaign_sender_worker;
+-- Not override_*: a live limit is the operator's (`campaign-sender limit`).
+GRANT UPDATE (limit_key, effective_per_s, paused_until, last_decrease_at, updated_at, refused_at,
+              refused_status, refused_kind, refused_campaign, base_per_s, daily_quota)
+    ON rate_limits TO campaign_sender_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON rate_pods TO campaign_sender_worker;
+GRANT SELECT, INSERT, UPDATE, DELETE ON rate_usage TO campaign_sender_worker;
 GRANT SELECT ON campaigns TO campaign_sender_worker;
 GRANT INSERT (campaign_id, paused_at, paused_by, pause_reason),
       UPDATE (paused_at, paused_by, pause_reason, updated_at)
@@ -57,8 +63,13 @@ GRANT INSERT (campaign_id, paused_at, paused_by, pause_reason),
 GRANT SELECT, INSERT, DELETE ON run_budgets TO campaign_sender_worker;
 GRANT SELECT ON _sqlx_migrations TO campaign_sender_worker;
 
-GRANT SELECT ON campaign_targets, rate_limits, rate_pods, _sqlx_migrations
+GRANT SELECT ON campaign_targets, rate_limits, rate_pods, rate_usage, _sqlx_migrations
     TO campaign_sender_operator;
+-- `resume` lifts a refusal; `limit` sets or clears a live rate (on a key no pod used yet too).
+GRANT INSERT (limit_key, effective_per_s, updated_at, override_per_s, override_set_at),
+      UPDATE (refused_at, refused_status, refused_kind, refused_campaign, override_per_s,
+              override_set_at)
+    ON rate_limits TO campaign_sender_operator;
 GRANT INSERT (campaign_id, member_id, email, priority, send_after)
     ON campaign_targets TO campaign_sender_operator;
 GRANT UPDATE (state, attempts, not_before, lease_until, updated_at)

@@ -3,7 +3,8 @@
 #   scripts/chaos.sh                       # kill pg-restart blackhole provider scale all, 50 000 targets each
 #   scripts/chaos.sh kill all -- --targets 20000
 # Prints each scenario's Markdown row (docs/RELIABILITY.md) and exits 1 if any check failed.
-# Loopback only; each scenario bounded by --timeout-s (default 900 s).
+# Loopback only; each scenario bounded by --timeout-s (default 900 s). The workers log at `warn`;
+# CHAOS_WORKER_LOG sets their RUST_LOG (e.g. warn,campaign_sender::rate=debug) to follow one run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scenarios=()

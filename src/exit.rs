@@ -1,8 +1,8 @@
 //! Exit codes: the contract with Kubernetes Job semantics, and the one rule that maps how a run
 //! stopped to its code ([`code`]).
 //!
-//! A Job's `podFailurePolicy` (manifests/overlays/indexed-job) fails the Job on 2, 3 and 78 (a
-//! person must act) and retries the pod on 1 and 75, which simply continues where this one
+//! A Job's `podFailurePolicy` (manifests/overlays/indexed-job) fails the Job on 2, 3, 4 and 78
+//! (a person must act) and retries the pod on 1 and 75, which simply continues where this one
 //! stopped. `tests/it/manifests.rs` checks that every code here is handled there.
 
 use serde::Serialize;
@@ -11,9 +11,9 @@ use crate::report::StopReason;
 use crate::store::CampaignCounts;
 
 /// The run did all it may: the campaign is done, or its time ran out — `DEADLINE_S` (counted
-/// from the Job's start) or the send window — with the rest left for the next run. Neither a
-/// failure nor worth a retry now: a Job's pod exits 0 and is not restarted into more sending.
-/// Also `serve` told to stop (a pod being scaled in is not a failure).
+/// from the Job's start), the send window, or the daily quota — with the rest left for the next
+/// run. Neither a failure nor worth a retry now: a Job's pod exits 0 and is not restarted into
+/// more sending. Also `serve` told to stop (a pod being scaled in is not a failure).
 pub const DONE: u8 = 0;
 /// Interrupted before done (SIGTERM) with time left: a retry continues where this one stopped.
 pub const INCOMPLETE: u8 = 1;
@@ -23,6 +23,11 @@ pub const TOO_MANY_FAILURES: u8 = 2;
 /// the pause was seen. `campaign-sender resume` and a rerun continue. A Job fails on it
 /// (podFailurePolicy) instead of retrying a pod that would stop again at once.
 pub const PAUSED: u8 = 3;
+/// The provider refused the account (401/403: the API key) or the endpoint (404/405:
+/// `MAIL_URL`), and every pod of the limit key stopped; no row failed. Fix the key or the URL,
+/// then `campaign-sender resume` and rerun. A Job fails on it (podFailurePolicy) rather than
+/// retrying pods into more refusals.
+pub const ACCOUNT_REFUSED: u8 = 4;
 /// An operator command named a campaign that does not exist (no targets, no settings row);
 /// nothing was changed. (The same number as [`INCOMPLETE`]: they never come from one command.)
 pub const UNKNOWN_CAMPAIGN: u8 = 1;
@@ -54,8 +59,9 @@ pub enum Mode {
 /// "A person must look" wins over everything: this pod found failures over the budget (2). A
 /// `serve` pod otherwise exits 0 — it stops only when told to, and a Deployment restarts it
 /// anyway. A `run` then says: failures over the budget (2, also when another pod crossed it),
-/// paused (3), interrupted with time left (1), or it did all it may (0: done, or its time ran
-/// out — the report's `reason` and counts say which).
+/// paused (3), the provider refused the account (4), interrupted with time left (1), or it did
+/// all it may (0: done, or its time or quota ran out — the report's `reason` and counts say
+/// which).
 pub fn code(reason: StopReason, mode: Mode, campaign: &CampaignCounts, failure_budget: i64) -> u8 {
     if reason == StopReason::TooManyFailures {
         return TOO_MANY_FAILURES;
@@ -64,8 +70,12 @@ pub fn code(reason: StopReason, mode: Mode, campaign: &CampaignCounts, failure_b
         Mode::Serve => DONE,
         Mode::Run if campaign.failed > failure_budget => TOO_MANY_FAILURES,
         Mode::Run => match reason {
-            StopReason::Done | StopReason::Deadline | StopReason::WindowClosed => DONE,
+            StopReason::Done
+            | StopReason::Deadline
+            | StopReason::WindowClosed
+            | StopReason::QuotaExhausted => DONE,
             StopReason::Paused => PAUSED,
+            StopReason::AccountRefused => ACCOUNT_REFUSED,
             StopReason::Signal | StopReason::TooManyFailures => INCOMPLETE,
         },
     }
@@ -94,6 +104,8 @@ mod tests {
             StopReason::Signal,
             StopReason::Paused,
             StopReason::TooManyFailures,
+            StopReason::AccountRefused,
+            StopReason::QuotaExhausted,
         ] {
             assert_eq!(
                 code(reason, Mode::Run, &over, 10),
@@ -111,6 +123,12 @@ mod tests {
         // Out of time is not a failure, nor worth a retry now: done for now.
         assert_eq!(code(StopReason::Deadline, Mode::Run, &ok, 10), DONE);
         assert_eq!(code(StopReason::WindowClosed, Mode::Run, &ok, 10), DONE);
+        assert_eq!(code(StopReason::QuotaExhausted, Mode::Run, &ok, 10), DONE);
+        // The account refused: a person must fix the key or the URL, not a retry.
+        assert_eq!(
+            code(StopReason::AccountRefused, Mode::Run, &ok, 10),
+            ACCOUNT_REFUSED
+        );
         assert_eq!(code(StopReason::Signal, Mode::Run, &ok, 10), INCOMPLETE);
         assert_eq!(
             code(StopReason::TooManyFailures, Mode::Run, &ok, 10),
@@ -126,6 +144,7 @@ mod tests {
                 StopReason::Done,
                 StopReason::Paused,
                 StopReason::WindowClosed,
+                StopReason::AccountRefused,
             ] {
                 assert_eq!(code(reason, Mode::Serve, &counts(failed), 10), DONE);
             }

@@ -53,6 +53,12 @@ pub const BACKLOG_ROWS: &str = "campaign_sender_backlog_rows";
 /// 1 while the campaign's send window is open (or it has none), 0 while it is closed: what the
 /// no-progress alert leaves alone.
 pub const SEND_WINDOW_OPEN: &str = "campaign_sender_send_window_open";
+/// 1 while the provider refuses the limit key's account or endpoint (until `resume`).
+pub const ACCOUNT_REFUSED: &str = "campaign_sender_account_refused";
+/// Requests used or granted of the daily quota in the last 24 h, and the quota, as this pod's
+/// last round saw them (only with `MAIL_DAILY_QUOTA`).
+pub const QUOTA_USED: &str = "campaign_sender_daily_quota_used";
+pub const QUOTA_LIMIT: &str = "campaign_sender_daily_quota";
 
 /// Every metric this crate records (the manifests' alerts and dashboard may use only these).
 pub const ALL: &[&str] = &[
@@ -76,6 +82,9 @@ pub const ALL: &[&str] = &[
     RESULT_WRITES_FAILED_TOTAL,
     BACKLOG_ROWS,
     SEND_WINDOW_OPEN,
+    ACCOUNT_REFUSED,
+    QUOTA_USED,
+    QUOTA_LIMIT,
 ];
 
 /// Serves `/metrics` on `addr` (every path answers with the exposition). Must run inside the
@@ -186,6 +195,15 @@ pub fn sent_after_optout(n: u64) {
 
 pub fn result_writes_failed(n: u64) {
     counter!(RESULT_WRITES_FAILED_TOTAL).increment(n);
+}
+
+pub fn account_refused(refused: bool) {
+    gauge!(ACCOUNT_REFUSED).set(if refused { 1.0 } else { 0.0 });
+}
+
+pub fn quota(used: i64, daily: i64) {
+    gauge!(QUOTA_USED).set(used as f64);
+    gauge!(QUOTA_LIMIT).set(daily as f64);
 }
 
 pub fn window_open(open: bool) {

@@ -36,6 +36,11 @@ pub enum ErrorClass {
     OptedOut,
     /// Not attempted before the batch ran out of time or the process was stopped.
     Released,
+    /// The provider refused the account (401/403): released, the fleet paused.
+    AccountRefused,
+    /// The endpoint is not the mail API (404/405: `MAIL_URL` or its path): released, the fleet
+    /// paused.
+    EndpointRefused,
 }
 
 impl ErrorClass {
@@ -51,6 +56,84 @@ impl ErrorClass {
             ErrorClass::InvalidEmail => "invalid_email",
             ErrorClass::OptedOut => "opted_out",
             ErrorClass::Released => "released",
+            ErrorClass::AccountRefused => "account_refused",
+            ErrorClass::EndpointRefused => "endpoint_refused",
+        }
+    }
+}
+
+/// An answer that is not about the recipient: the provider refuses the account (an API key
+/// revoked or rotated before the Secret) or the endpoint is not the mail API (`MAIL_URL`
+/// without its path). Every row would get it: the fleet stops until an operator acts, and no
+/// row fails or spends an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Refusal {
+    Account,
+    Endpoint,
+}
+
+impl Refusal {
+    /// As stored in `rate_limits.refused_kind`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Refusal::Account => "account",
+            Refusal::Endpoint => "endpoint",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "account" => Some(Refusal::Account),
+            "endpoint" => Some(Refusal::Endpoint),
+            _ => None,
+        }
+    }
+
+    /// What an operator reads (`status`, the log line): what happened and what to check.
+    pub fn advice(self, status: u16) -> String {
+        match self {
+            Refusal::Account => format!(
+                "the provider refused the account: {status}; check MAIL_API_KEY (revoked, rotated, lacking a permission), then `campaign-sender resume`"
+            ),
+            Refusal::Endpoint => format!(
+                "the endpoint answered {status}: check MAIL_URL, including its path (…/v1/send), then `campaign-sender resume`"
+            ),
+        }
+    }
+
+    fn class(self) -> ErrorClass {
+        match self {
+            Refusal::Account => ErrorClass::AccountRefused,
+            Refusal::Endpoint => ErrorClass::EndpointRefused,
+        }
+    }
+}
+
+/// Which statuses are refusals (`ACCOUNT_ERROR_STATUSES`, `ENDPOINT_ERROR_STATUSES`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusals {
+    pub account: Vec<u16>,
+    pub endpoint: Vec<u16>,
+}
+
+impl Default for Refusals {
+    fn default() -> Self {
+        Self {
+            account: vec![401, 403],
+            endpoint: vec![404, 405],
+        }
+    }
+}
+
+impl Refusals {
+    pub fn of(&self, status: u16) -> Option<Refusal> {
+        if self.account.contains(&status) {
+            Some(Refusal::Account)
+        } else if self.endpoint.contains(&status) {
+            Some(Refusal::Endpoint)
+        } else {
+            None
         }
     }
 }
@@ -75,13 +158,23 @@ pub enum Attempt {
     Undelivered {
         class: ErrorClass,
     },
+    /// A [`Refusal`]: not the row's fault either; the row is released with its attempt given
+    /// back and the fleet stops.
+    Refused {
+        status: u16,
+        refusal: Refusal,
+    },
 }
 
-/// Classifies a provider response: 2xx → sent; 429, 5xx → retry (keeping `Retry-After`);
-/// any other 4xx → permanent; anything else (1xx, 3xx, nonsense) → permanent, because a
-/// mail API that redirects or answers oddly is misconfigured, and retrying every row five
-/// times would only hide that. The run's failure threshold stops it quickly instead.
-pub fn classify(status: u16, retry_after: Option<Duration>) -> Attempt {
+/// Classifies a provider response: 2xx → sent; a [`Refusals`] status → refused (the account
+/// or the endpoint, not the recipient); 429, 5xx → retry (keeping `Retry-After`); any other
+/// 4xx → permanent; anything else (1xx, 3xx, nonsense) → permanent, because a mail API that
+/// redirects or answers oddly is misconfigured, and retrying every row five times would only
+/// hide that. The run's failure threshold stops it quickly instead.
+pub fn classify(status: u16, retry_after: Option<Duration>, refusals: &Refusals) -> Attempt {
+    if let Some(refusal) = refusals.of(status) {
+        return Attempt::Refused { status, refusal };
+    }
     match status {
         200..=299 => Attempt::Sent { status },
         429 => Attempt::Retry {
@@ -138,6 +231,9 @@ impl Resolution {
             Resolution::Released {
                 class: ErrorClass::OptedOut,
             } => "opted_out",
+            Resolution::Released {
+                class: ErrorClass::AccountRefused | ErrorClass::EndpointRefused,
+            } => "refused",
             Resolution::Released { .. } => "released",
             Resolution::Deferred { .. } => "deferred",
         }
@@ -178,6 +274,9 @@ pub fn resolve(attempt: Attempt, attempt_no: u32, policy: &RetryPolicy, jitter: 
     match attempt {
         Attempt::Sent { status } => Resolution::Sent { status },
         Attempt::Permanent { status, class } => Resolution::Failed { status, class },
+        Attempt::Refused { refusal, .. } => Resolution::Released {
+            class: refusal.class(),
+        },
         Attempt::Undelivered { class } => Resolution::Deferred {
             delay: backoff(policy, attempt_no, None, jitter),
             class,
@@ -290,6 +389,10 @@ mod tests {
         retry_after_cap: Duration::from_secs(600),
     };
 
+    fn classify(status: u16, retry_after: Option<Duration>) -> Attempt {
+        super::classify(status, retry_after, &Refusals::default())
+    }
+
     #[test]
     fn status_classes_follow_the_provider_contract() {
         assert_eq!(classify(200, None), Attempt::Sent { status: 200 });
@@ -297,7 +400,24 @@ mod tests {
         for s in [429, 500, 502, 503, 504, 599] {
             assert!(matches!(classify(s, None), Attempt::Retry { .. }), "{s}");
         }
-        for s in [400, 401, 403, 404, 409, 410, 422, 499] {
+        for (s, refusal) in [
+            (401, Refusal::Account),
+            (403, Refusal::Account),
+            (404, Refusal::Endpoint),
+            (405, Refusal::Endpoint),
+        ] {
+            assert_eq!(classify(s, None), Attempt::Refused { status: s, refusal });
+        }
+        // Configurable: with no refusal statuses, a 401 is the recipient's rejection.
+        let none = Refusals {
+            account: vec![],
+            endpoint: vec![],
+        };
+        assert!(matches!(
+            super::classify(401, None, &none),
+            Attempt::Permanent { .. }
+        ));
+        for s in [400, 409, 410, 422, 499] {
             assert!(
                 matches!(
                     classify(s, None),
@@ -320,6 +440,27 @@ mod tests {
                 ),
                 "{s}"
             );
+        }
+    }
+
+    #[test]
+    fn a_refusal_releases_the_row_even_on_its_last_attempt() {
+        for (attempt_no, refusal, class) in [
+            (1, Refusal::Account, ErrorClass::AccountRefused),
+            (5, Refusal::Account, ErrorClass::AccountRefused),
+            (5, Refusal::Endpoint, ErrorClass::EndpointRefused),
+        ] {
+            let res = resolve(
+                Attempt::Refused {
+                    status: 401,
+                    refusal,
+                },
+                attempt_no,
+                &POLICY,
+                0.5,
+            );
+            assert_eq!(res, Resolution::Released { class });
+            assert_eq!(res.outcome(), "refused");
         }
     }
 
@@ -465,6 +606,8 @@ mod tests {
             (ErrorClass::InvalidEmail, "invalid_email"),
             (ErrorClass::OptedOut, "opted_out"),
             (ErrorClass::Released, "released"),
+            (ErrorClass::AccountRefused, "account_refused"),
+            (ErrorClass::EndpointRefused, "endpoint_refused"),
         ];
         for (c, name) in classes {
             assert_eq!(c.as_str(), name);

@@ -16,7 +16,7 @@
 use std::time::{Duration, SystemTime};
 
 use crate::config::{RunConfig, Secret};
-use crate::outcome::{classify, parse_retry_after, Attempt, ErrorClass};
+use crate::outcome::{classify, parse_retry_after, Attempt, ErrorClass, Refusals};
 
 /// At most this much of a response body is read (and then dropped): enough to keep the
 /// connection reusable for normal answers, bounded for a hostile one.
@@ -37,11 +37,13 @@ struct SendBody<'a> {
 #[derive(Clone)]
 pub struct Provider {
     client: reqwest::Client,
-    /// The bound on a whole attempt (connect + read timeouts).
+    /// The bound on a whole attempt (connect + read timeouts), set on each request in `send` so
+    /// a slowly dribbling body cannot hold a slot.
     total: Duration,
     url: reqwest::Url,
     api_key: Option<Secret>,
     campaign_id: String,
+    refusals: Refusals,
 }
 
 impl Provider {
@@ -51,8 +53,6 @@ impl Provider {
         let client = reqwest::Client::builder()
             .connect_timeout(connect)
             .read_timeout(read)
-            // A whole attempt is bounded too, so a slowly dribbling body cannot hold a slot.
-            .timeout(connect + read)
             .redirect(reqwest::redirect::Policy::none())
             .pool_max_idle_per_host(cfg.send_concurrency as usize)
             .tcp_nodelay(true)
@@ -70,6 +70,7 @@ impl Provider {
             url: reqwest::Url::parse(&cfg.mail_url).expect("MAIL_URL validated at start"),
             api_key: cfg.mail_api_key.clone(),
             campaign_id: cfg.campaign_id.clone(),
+            refusals: cfg.refusals().expect("refusal statuses validated at start"),
         })
     }
 
@@ -124,7 +125,7 @@ impl Provider {
                         _ => break,
                     }
                 }
-                classify(status, retry_after)
+                classify(status, retry_after, &self.refusals)
             }
             // No connection was made (refused, DNS, TLS handshake, connect timeout): the request
             // never left, so no attempt is spent. reqwest marks only connector errors this way;

@@ -25,6 +25,8 @@ pub struct WorkerStats {
     pub released: u64,
     /// Claimed rows that had opted out by the time of sending: released, not sent.
     pub opted_out: u64,
+    /// Attempts the provider refused for the account or the endpoint: released, never failed.
+    pub refused: u64,
     /// Attempts that found the provider unreachable (no connection): the row went back to
     /// `pending` after a backoff without spending an attempt.
     pub deferred: u64,
@@ -55,6 +57,9 @@ impl WorkerStats {
             Resolution::Released {
                 class: ErrorClass::OptedOut,
             } => self.opted_out += 1,
+            Resolution::Released {
+                class: ErrorClass::AccountRefused | ErrorClass::EndpointRefused,
+            } => self.refused += 1,
             Resolution::Released { .. } => self.released += 1,
             Resolution::Deferred { .. } => self.deferred += 1,
         }
@@ -77,6 +82,11 @@ pub enum StopReason {
     TooManyFailures,
     /// The campaign's kill switch was on at the start or was turned on during the run.
     Paused,
+    /// The provider refused the account or the endpoint (this pod's answer or another's of the
+    /// same limit key), at the start or during the run; lifted by `campaign-sender resume`.
+    AccountRefused,
+    /// The limit key's daily quota (`MAIL_DAILY_QUOTA`) has nothing left until usage ages out.
+    QuotaExhausted,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -133,6 +143,7 @@ impl RunReport {
             "{worker}: {reason:?} after {el:.1}s, exit {code}\n  \
              this worker: {req} requests, {sent} sent, {retry} retries scheduled, {failed} failed, \
              {rel} released, {oo} skipped (opted out), {def} deferred (provider unreachable), \
+             {refused} refused (account or endpoint), \
              {stale} stale writes\n  \
              campaign: {total} targets, {csent} sent, {cfailed} failed (budget {budget}), \
              {pending} pending, {sending} sending, {copt} opted out",
@@ -147,6 +158,7 @@ impl RunReport {
             rel = s.released,
             oo = s.opted_out,
             def = s.deferred,
+            refused = s.refused,
             stale = s.stale_writes,
             total = c.total,
             csent = c.sent,

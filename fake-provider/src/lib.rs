@@ -14,8 +14,12 @@
 //!   parentheses) and by answer (`accepted`, `throttled`), for charts.
 //! - `GET /deliveries`: every delivered member with its first delivery time (for checks such as
 //!   "nothing delivered after an opt-out") and the distinct keys it was sent with.
-//! - `POST /chaos` `{"kind": "storm429" | "burst5xx" | "stall" | "off", "seconds", "retry_after_s",
-//!   "stall_ms"}`: for the chaos harness, a time-limited misbehaviour on top of the profile — a
+//! - `GET /workers`: requests by worker (the `User-Agent`'s part in parentheses) and when the
+//!   latest arrived.
+//! - `POST /chaos` `{"kind": "storm429" | "burst5xx" | "stall" | "refuse" | "off", "seconds",
+//!   "retry_after_s", "stall_ms", "status", "worker"}`: for the chaos harness and tests, a
+//!   time-limited misbehaviour (of one worker's requests only, with `worker`) — `refuse`
+//!   answers `status` (401 by default: a revoked API key) — on top of the profile — a
 //!   429 storm with `Retry-After`, a burst of 500/502/503, or every request held `stall_ms`
 //!   before it is processed (delivered late, after the client gave up). Counted apart from the
 //!   rate limit's own 429s (`chaos_429`, `chaos_5xx`, `chaos_stalled`).
@@ -98,6 +102,8 @@ pub struct Stats {
     pub chaos_5xx: u64,
     #[serde(default)]
     pub chaos_stalled: u64,
+    #[serde(default)]
+    pub chaos_refused: u64,
 }
 
 /// A time-limited misbehaviour, set with `POST /chaos`.
@@ -110,6 +116,8 @@ pub enum ChaosKind {
     Burst5xx,
     /// Every request is held `stall_ms` before it is processed.
     Stall,
+    /// Every request answers `status` (default 401: the API key was revoked or rotated).
+    Refuse,
     /// Back to normal at once.
     Off,
 }
@@ -123,10 +131,41 @@ pub struct ChaosRequest {
     pub retry_after_s: u64,
     #[serde(default)]
     pub stall_ms: u64,
+    /// For `refuse`: the status to answer.
+    #[serde(default = "unauthorized")]
+    pub status: u16,
+    /// Only requests from this worker (the `User-Agent`'s part in parentheses) misbehave.
+    #[serde(default)]
+    pub worker: Option<String>,
+}
+
+impl Default for ChaosRequest {
+    fn default() -> Self {
+        Self {
+            kind: ChaosKind::Off,
+            seconds: 0.0,
+            retry_after_s: 1,
+            stall_ms: 0,
+            status: 401,
+            worker: None,
+        }
+    }
 }
 
 fn one() -> u64 {
     1
+}
+
+fn unauthorized() -> u16 {
+    401
+}
+
+/// One worker's requests as the fake saw them (`GET /workers`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct WorkerSeen {
+    pub requests: u64,
+    /// Unix milliseconds of its latest request.
+    pub last_ms: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -164,6 +203,8 @@ struct Inner {
     offered_window: VecDeque<Instant>,
     /// The misbehaviour in force, and until when.
     chaos: Option<(ChaosRequest, Instant)>,
+    /// Requests by worker.
+    workers: HashMap<String, WorkerSeen>,
 }
 
 /// Pushes `now` into a sliding 1-second window and returns how many are in it.
@@ -236,6 +277,11 @@ impl FakeProvider {
         });
     }
 
+    /// Requests by worker: how many, and when the latest arrived.
+    pub fn workers(&self) -> HashMap<String, WorkerSeen> {
+        self.with(|i| i.workers.clone())
+    }
+
     pub fn deliveries(&self) -> Vec<Delivery> {
         let inner = self.inner.lock().expect("fake lock");
         let mut v: Vec<Delivery> = inner.by_member.values().cloned().collect();
@@ -289,8 +335,13 @@ impl FakeProvider {
             Err(refusal) => return refusal.into_response(),
         };
         let worker = worker_of(&headers);
+        self.with(|i| {
+            let w = i.workers.entry(worker.clone()).or_default();
+            w.requests += 1;
+            w.last_ms = unix_ms(arrived_wall);
+        });
         let second = arrived.duration_since(self.started).as_secs();
-        if let Some(answer) = self.misbehave(arrived).await {
+        if let Some(answer) = self.misbehave(arrived, &worker).await {
             return answer;
         }
         if let Verdict::Throttled(wait) = self.admit_counted(arrived, second, worker) {
@@ -354,12 +405,16 @@ impl FakeProvider {
 
     /// The offered-load window, then the `POST /chaos` misbehaviour in force, if any: an answer
     /// instead of processing (a 429 storm, a 5xx burst), or a stall before processing.
-    async fn misbehave(&self, arrived: Instant) -> Option<Response> {
+    async fn misbehave(&self, arrived: Instant, worker: &str) -> Option<Response> {
         let chaos = self.with(|i| {
             let offered = in_last_second(&mut i.offered_window, arrived);
             i.stats.max_offered_in_1s = i.stats.max_offered_in_1s.max(offered);
             match &i.chaos {
-                Some((c, until)) if arrived < *until => Some(c.clone()),
+                Some((c, until))
+                    if arrived < *until && c.worker.as_deref().is_none_or(|w| w == worker) =>
+                {
+                    Some(c.clone())
+                }
                 _ => None,
             }
         })?;
@@ -390,6 +445,11 @@ impl FakeProvider {
                 self.with(|i| i.stats.chaos_stalled += 1);
                 tokio::time::sleep(Duration::from_millis(chaos.stall_ms)).await;
                 None
+            }
+            ChaosKind::Refuse => {
+                self.with(|i| i.stats.chaos_refused += 1);
+                let status = StatusCode::from_u16(chaos.status).unwrap_or(StatusCode::UNAUTHORIZED);
+                Some((status, "refused").into_response())
             }
             ChaosKind::Off => None,
         }
@@ -515,6 +575,10 @@ async fn deliveries(State(p): State<Arc<FakeProvider>>) -> Json<Vec<Delivery>> {
     Json(p.deliveries())
 }
 
+async fn workers(State(p): State<Arc<FakeProvider>>) -> Json<HashMap<String, WorkerSeen>> {
+    Json(p.workers())
+}
+
 async fn chaos(State(p): State<Arc<FakeProvider>>, Json(c): Json<ChaosRequest>) -> StatusCode {
     p.set_chaos(c);
     StatusCode::NO_CONTENT
@@ -527,6 +591,7 @@ pub fn router(p: Arc<FakeProvider>) -> Router {
         .route("/deliveries", get(deliveries))
         .route("/timeline", get(timeline))
         .route("/chaos", post(chaos))
+        .route("/workers", get(workers))
         .route("/healthz", get(|| async { "ok" }))
         .with_state(p)
 }
@@ -587,7 +652,7 @@ mod tests {
             kind: ChaosKind::Storm429,
             seconds: 0.3,
             retry_after_s: 7,
-            stall_ms: 0,
+            ..Default::default()
         });
         let r = p.handle(send_headers("t:1"), body).await;
         assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
@@ -596,7 +661,7 @@ mod tests {
             kind: ChaosKind::Burst5xx,
             seconds: 0.3,
             retry_after_s: 1,
-            stall_ms: 0,
+            ..Default::default()
         });
         assert!(p
             .handle(send_headers("t:1"), body)

@@ -72,11 +72,31 @@ pub enum Command {
         #[arg(long)]
         reason: Option<String>,
     },
-    /// Lifts a pause (an operator's or an automatic one). Pods in `serve` continue by
-    /// themselves; a Job must be started again.
+    /// Lifts a pause (an operator's or an automatic one) and a provider refusal (401/403/404/405
+    /// stopped every pod of the limit key: after fixing the key or the URL). `--key` lifts only
+    /// a limit key's refusal, for every campaign on it. Pods in `serve` continue by themselves;
+    /// a Job must be started again.
+    #[command(group = clap::ArgGroup::new("what").required(true).args(["campaign", "key"]))]
     Resume {
         #[arg(long)]
-        campaign: String,
+        campaign: Option<String>,
+        /// A `RATE_LIMIT_KEY` (default: MAIL_URL's `host[:port]`).
+        #[arg(long)]
+        key: Option<String>,
+    },
+    /// Shows or sets the provider's limit for a `RATE_LIMIT_KEY` while pods run: `--rate R`
+    /// overrides every pod's MAIL_RATE_PER_S, lower or higher, within a second; `--clear`
+    /// returns to it. Without either, shows the key: limit, pods, refusal, daily quota.
+    Limit {
+        /// The `RATE_LIMIT_KEY` (default: MAIL_URL's `host[:port]`, e.g. `api.mail.example`).
+        #[arg(long)]
+        key: String,
+        /// Requests per second for the whole fleet of the key.
+        #[arg(long, value_parser = parse_rate, conflicts_with = "clear")]
+        rate: Option<f64>,
+        /// Back to the pods' own MAIL_RATE_PER_S.
+        #[arg(long)]
+        clear: bool,
     },
     /// Puts failed rows back to `pending` with their attempts reset, and prints how many.
     /// Filters narrow the selection; opted-out rows are never selected.
@@ -131,6 +151,15 @@ pub fn parse_since(v: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
         .map_err(|e| format!("neither an RFC 3339 time nor a duration like 2h ({e})"))?;
     let ago = chrono::Duration::from_std(ago).map_err(|e| e.to_string())?;
     Ok(chrono::Utc::now() - ago)
+}
+
+pub(super) fn parse_rate(v: &str) -> Result<f64, String> {
+    match v.parse::<f64>() {
+        Ok(r) if r >= 0.01 && r.is_finite() => Ok(r),
+        _ => Err(format!(
+            "'{v}' is not a rate: requests per second, at least 0.01 (e.g. 100)"
+        )),
+    }
 }
 
 pub(super) fn parse_ratio(v: &str) -> Result<f64, String> {

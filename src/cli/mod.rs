@@ -13,6 +13,7 @@
 //! - `import.rs`, `status.rs`: the terminal side of `import` and `status` (progress bars,
 //!   periodic lines, output).
 
+mod account;
 pub mod args;
 mod import;
 pub mod operator;

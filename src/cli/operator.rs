@@ -1,4 +1,5 @@
-//! The operator commands: `import`, `status`, `pause`, `resume`, `retry-failed` and `configure`.
+//! The operator commands: `import`, `status`, `pause`, `resume`, `retry-failed`, `configure` and
+//! `limit`.
 //! Each one does its work through the library ([`crate::store`], [`crate::import`],
 //! [`crate::status`]), prints what happened and returns the exit code; a database error ends it
 //! through [`super::Db::report`]. Output never contains an address.
@@ -62,7 +63,10 @@ pub async fn dispatch(cmd: Command, pool: &PgPool, db: &Db<'_>, shutdown: Cancel
             return super::status::status_cmd(pool, db, &campaign, watch, ratio, shutdown).await;
         }
         Command::Pause { campaign, reason } => pause(pool, &campaign, reason.as_deref()).await,
-        Command::Resume { campaign } => resume(pool, &campaign).await,
+        Command::Resume { campaign, key } => {
+            super::account::resume(pool, campaign.as_deref(), key.as_deref()).await
+        }
+        Command::Limit { key, rate, clear } => super::account::limit(pool, &key, rate, clear).await,
         Command::RetryFailed {
             campaign,
             statuses,
@@ -115,8 +119,9 @@ fn named_campaign(cmd: &Command) -> Option<(&str, bool)> {
         Command::Import { .. } => None,
         Command::Status { campaign, .. }
         | Command::Pause { campaign, .. }
-        | Command::Resume { campaign }
         | Command::RetryFailed { campaign, .. } => Some((campaign, false)),
+        Command::Resume { campaign, .. } => campaign.as_deref().map(|c| (c, false)),
+        Command::Limit { .. } => None,
         Command::Configure {
             campaign, create, ..
         } => Some((campaign, *create)),
@@ -162,7 +167,7 @@ pub fn unknown_campaign(campaign: &str, names: &[String]) -> String {
     format!("no campaign '{campaign}' ({known}{hint}); nothing changed")
 }
 
-fn at(t: &chrono::DateTime<chrono::Utc>) -> String {
+pub(super) fn at(t: &chrono::DateTime<chrono::Utc>) -> String {
     t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
 }
 
@@ -191,18 +196,6 @@ async fn pause(pool: &PgPool, campaign: &str, reason: Option<&str>) -> Result<()
             p.by,
             said(&p)
         );
-    }
-    Ok(())
-}
-
-async fn resume(pool: &PgPool, campaign: &str) -> Result<(), sqlx::Error> {
-    match campaigns::resume(pool, campaign).await? {
-        Some(p) => println!(
-            "{campaign}: resumed (was paused by {} since {}). `serve` pods continue by themselves; start the Job again for `run`.",
-            p.by,
-            at(&p.at)
-        ),
-        None => println!("{campaign}: was not paused; nothing changed"),
     }
     Ok(())
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{positive, ConfigError, FromEnv, Secret};
-use crate::outcome::RetryPolicy;
+use crate::outcome::{Refusals, RetryPolicy};
 
 /// What `campaign-sender run` needs besides the database.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -38,9 +38,25 @@ pub struct RunConfig {
     #[serde(default = "defaults::rate_sync_ms")]
     pub rate_sync_ms: u64,
     /// `RATE_SHARE_TTL_MS` (default 3000): a share not renewed for this long lapses; the pod
-    /// stops sending by itself, and the others take its capacity one second later.
+    /// stops sending by itself, and the others take its capacity shortly after
+    /// ([`crate::rate::plan::HANDOVER`]).
     #[serde(default = "defaults::rate_share_ttl_ms")]
     pub rate_share_ttl_ms: u64,
+    /// `MAIL_DAILY_QUOTA` (default unset: none): requests (every attempt) all pods of the
+    /// `RATE_LIMIT_KEY` together may start in any rolling 24 h. Never exceeded: each pod sends
+    /// only out of quota granted to it ([`crate::rate::quota`]); at the quota `run` exits 0
+    /// ("done for now") and `serve` waits until usage ages out.
+    #[serde(default)]
+    pub mail_daily_quota: Option<u64>,
+    /// `ACCOUNT_ERROR_STATUSES` (default `401,403`): answers that mean the provider refuses the
+    /// account, not the recipient. The first one stops every pod of the key until
+    /// `campaign-sender resume`; the row is released, never failed. Empty: none.
+    #[serde(default = "defaults::account_error_statuses")]
+    pub account_error_statuses: String,
+    /// `ENDPOINT_ERROR_STATUSES` (default `404,405`): answers that mean `MAIL_URL` is not the
+    /// mail API (a wrong path); handled as `ACCOUNT_ERROR_STATUSES`. Empty: none.
+    #[serde(default = "defaults::endpoint_error_statuses")]
+    pub endpoint_error_statuses: String,
     /// `METRICS_ADDR` (default unset: no listener): serve Prometheus `/metrics` here, e.g.
     /// `0.0.0.0:9090`.
     #[serde(default)]
@@ -172,6 +188,12 @@ mod defaults {
     pub fn pause_poll_ms() -> u64 {
         250
     }
+    pub fn account_error_statuses() -> String {
+        "401,403".into()
+    }
+    pub fn endpoint_error_statuses() -> String {
+        "404,405".into()
+    }
 }
 
 impl RunConfig {
@@ -182,6 +204,35 @@ impl RunConfig {
             ("MAIL_URL".to_string(), mail_url.to_string()),
         ];
         Self::from_vars(vars).expect("defaults are valid")
+    }
+
+    /// The statuses that are refusals (`ACCOUNT_ERROR_STATUSES`, `ENDPOINT_ERROR_STATUSES`):
+    /// comma-separated 4xx codes, not 429, in one list at most.
+    pub fn refusals(&self) -> Result<Refusals, ConfigError> {
+        let list = |var: &'static str, v: &str| -> Result<Vec<u16>, ConfigError> {
+            v.split(',')
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .map(|c| match c.parse::<u16>() {
+                    Ok(n) if (400..=499).contains(&n) && n != 429 => Ok(n),
+                    _ => Err(ConfigError::new(
+                        var,
+                        format!("'{c}' is not a 4xx status other than 429 (e.g. 401,403)"),
+                    )),
+                })
+                .collect()
+        };
+        let r = Refusals {
+            account: list("ACCOUNT_ERROR_STATUSES", &self.account_error_statuses)?,
+            endpoint: list("ENDPOINT_ERROR_STATUSES", &self.endpoint_error_statuses)?,
+        };
+        if let Some(both) = r.account.iter().find(|s| r.endpoint.contains(s)) {
+            return Err(ConfigError::new(
+                "ENDPOINT_ERROR_STATUSES",
+                format!("{both} is in ACCOUNT_ERROR_STATUSES too; give each status one meaning"),
+            ));
+        }
+        Ok(r)
     }
 
     fn validate_campaign_and_provider(&self) -> Result<(), ConfigError> {
@@ -233,6 +284,13 @@ impl RunConfig {
                 "must be at least 3 × RATE_SYNC_MS, so one slow round does not stop sending",
             ));
         }
+        if self.mail_daily_quota == Some(0) {
+            return Err(ConfigError::new(
+                "MAIL_DAILY_QUOTA",
+                "must be at least 1; unset it for no quota",
+            ));
+        }
+        self.refusals()?;
         if self
             .rate_limit_key
             .as_ref()

@@ -1,6 +1,7 @@
 //! One pod's membership in the fleet-wide rate limit: every `RATE_SYNC_MS` (and at once after a
-//! 429) a round in one transaction renews the pod's row, recomputes its share with the pure
-//! [`plan_round`] and hands it to the [`Pacer`]; on stop it leaves. The rules it keeps are in
+//! 429 or a refusal) a round in one transaction renews the pod's row, recomputes its share and
+//! its quota grant with the pure [`plan_round`], hands them to the [`Pacer`] and tells the
+//! process what stops it ([`FleetView`]: a refusal, the quota); on stop it leaves. The rules it keeps are in
 //! [`super`]; the statements are [`crate::store::rate`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,23 +9,45 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::PgPool;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 use uuid::Uuid;
 
 use super::pacer::Pacer;
-use super::plan::{plan_round, Plan, PodRow, Report};
+use super::plan::{plan_round, Plan, PodRow, Refused, Report};
 use crate::metrics as m;
+use crate::outcome::Refusal;
 use crate::store::connect::error_text;
 use crate::store::rate::{self as sql, PodName};
 
-/// What the rest of the process tells the coordinator: whether it has work, and 429s.
+/// What the provider said that concerns the whole fleet, for the next round.
+enum Said {
+    /// 429, with this `Retry-After`.
+    Throttled(Option<Duration>),
+    /// A refusal of the account or the endpoint, with its status.
+    Refused(u16, Refusal),
+}
+
+/// The key's state as this pod's last round saw it: what stops a pass besides its own work.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FleetView {
+    /// A round has committed since this process started (before that, nothing is known).
+    pub known: bool,
+    /// The key is refused (by this pod's answer or another's) until an operator lifts it.
+    pub refused: Option<(u16, Refusal)>,
+    /// The daily quota has nothing left for this pod until usage ages out.
+    pub quota_full: bool,
+}
+
+/// What the rest of the process tells the coordinator (whether it has work, 429s, refusals)
+/// and hears back ([`FleetView`]).
 #[derive(Clone)]
 pub struct Signals {
     busy: Arc<AtomicBool>,
-    throttled: mpsc::UnboundedSender<Option<Duration>>,
+    said: mpsc::UnboundedSender<Said>,
+    view: watch::Receiver<FleetView>,
 }
 
 impl Signals {
@@ -34,7 +57,24 @@ impl Signals {
     }
     /// The provider answered 429 (with this `Retry-After`): start a round now.
     pub fn throttled(&self, retry_after: Option<Duration>) {
-        let _ = self.throttled.send(retry_after);
+        let _ = self.said.send(Said::Throttled(retry_after));
+    }
+    /// The provider refused the account or the endpoint: record it for the key now.
+    pub fn refused(&self, status: u16, refusal: Refusal) {
+        let _ = self.said.send(Said::Refused(status, refusal));
+    }
+    /// The key's state as the last round saw it; `changed()` on it wakes on the next change.
+    pub fn view(&self) -> watch::Receiver<FleetView> {
+        self.view.clone()
+    }
+
+    /// The key's state once a round has committed, waiting at most `limit` for one (the
+    /// database may be slow; without a round this process has no share and sends nothing).
+    pub async fn known_view(&self, limit: Duration) -> FleetView {
+        let mut rx = self.view.clone();
+        let _ = tokio::time::timeout(limit, rx.wait_for(|v| v.known)).await;
+        let v = rx.borrow().clone();
+        v
     }
 }
 
@@ -54,6 +94,8 @@ pub struct CoordinatorSettings {
     pub sync: Duration,
     /// `RETRY_AFTER_MAX_S`: the longest fleet-wide pause a 429 may cause.
     pub retry_after_cap: Duration,
+    /// `MAIL_DAILY_QUOTA`.
+    pub daily_quota: Option<u64>,
 }
 
 /// One pod's membership in the fleet: renews its row, recomputes its share, drives the pacer.
@@ -63,48 +105,71 @@ pub struct Coordinator {
     pod_id: Uuid,
     pacer: Pacer,
     busy: Arc<AtomicBool>,
-    throttled: mpsc::UnboundedReceiver<Option<Duration>>,
+    said: mpsc::UnboundedReceiver<Said>,
+    view: watch::Sender<FleetView>,
+}
+
+/// What the provider said since the last round that committed.
+#[derive(Default)]
+struct Pending {
+    throttled: Option<Option<Duration>>,
+    refused: Option<(u16, Refusal)>,
+}
+
+impl Pending {
+    fn add(&mut self, said: Said) {
+        match said {
+            Said::Throttled(ra) => self.throttled = Some(longest(self.throttled, ra)),
+            Said::Refused(status, r) => {
+                self.refused.get_or_insert((status, r));
+            }
+        }
+    }
 }
 
 impl Coordinator {
     pub fn new(pool: PgPool, s: CoordinatorSettings, pacer: Pacer) -> (Self, Signals) {
         let (tx, rx) = mpsc::unbounded_channel();
         let busy = Arc::new(AtomicBool::new(true));
+        let (view_tx, view_rx) = watch::channel(FleetView::default());
         let c = Self {
             pool,
             s,
             pod_id: Uuid::new_v4(),
             pacer,
             busy: busy.clone(),
-            throttled: rx,
+            said: rx,
+            view: view_tx,
         };
         let signals = Signals {
             busy,
-            throttled: tx,
+            said: tx,
+            view: view_rx,
         };
         (c, signals)
     }
 
-    /// Rounds every `RATE_SYNC_MS` (and at once after a 429) until `stop`, then leaves.
+    /// Rounds every `RATE_SYNC_MS` (and at once after a 429 or a refusal) until `stop`, then
+    /// leaves.
     pub async fn run(mut self, stop: CancellationToken) {
         let mut tick = tokio::time::interval(self.s.sync);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut mine: Option<PodRow> = None;
-        let mut pending_429: Option<Option<Duration>> = None;
+        let mut pending = Pending::default();
         let mut failing = false;
         loop {
             tokio::select! {
                 _ = stop.cancelled() => break,
                 _ = tick.tick() => {}
-                Some(ra) = self.throttled.recv() => {
-                    pending_429 = Some(longest(pending_429, ra));
-                    while let Ok(ra) = self.throttled.try_recv() {
-                        pending_429 = Some(longest(pending_429, ra));
+                Some(said) = self.said.recv() => {
+                    pending.add(said);
+                    while let Ok(said) = self.said.try_recv() {
+                        pending.add(said);
                     }
                 }
             }
             let started = Instant::now();
-            let report = self.report(pending_429);
+            let report = self.report(&pending);
             // Bounded: a hung round must not outlive the share it would renew.
             let round =
                 tokio::time::timeout(self.s.ttl, self.round(mine.as_ref(), report, started));
@@ -117,7 +182,7 @@ impl Coordinator {
                         );
                         failing = false;
                     }
-                    pending_429 = None;
+                    pending = Pending::default();
                     mine = Some(plan.me);
                     continue;
                 }
@@ -134,11 +199,31 @@ impl Coordinator {
             m::rate_share(0.0);
             mine = None;
         }
+        self.record_last_refusal(mine.as_ref(), pending).await;
         self.leave().await;
     }
 
-    /// What this pod reports in a round: its weight, its limit, the 429s since the last one.
-    fn report(&self, pending_429: Option<Option<Duration>>) -> Report {
+    /// A refusal this pod saw must reach the key even if the pod stops at once (it does: the
+    /// refusal stops its pass): one last round records it before leaving.
+    async fn record_last_refusal(&mut self, mine: Option<&PodRow>, mut pending: Pending) {
+        while let Ok(said) = self.said.try_recv() {
+            pending.add(said);
+        }
+        if pending.refused.is_none() {
+            return;
+        }
+        self.busy.store(false, Ordering::Relaxed);
+        let report = self.report(&pending);
+        let round = self.round(mine, report, Instant::now());
+        match tokio::time::timeout(self.s.ttl, round).await {
+            Ok(Ok(_)) => debug!("refusal recorded for the key"),
+            _ => warn!("could not record the provider's refusal for the key; the other pods will meet it themselves"),
+        }
+    }
+
+    /// What this pod reports in a round: its weight, its limit, the 429s and the refusal since
+    /// the last one, its spending.
+    fn report(&self, pending: &Pending) -> Report {
         Report {
             weight: if self.busy.load(Ordering::Relaxed) {
                 1.0
@@ -146,8 +231,17 @@ impl Coordinator {
                 0.0
             },
             limit_per_s: self.s.limit_per_s,
-            throttled: pending_429.map(|ra| ra.map(|d| d.min(self.s.retry_after_cap))),
+            throttled: pending
+                .throttled
+                .map(|ra| ra.map(|d| d.min(self.s.retry_after_cap))),
             ttl: self.s.ttl,
+            refused: pending.refused.map(|(status, kind)| Refused {
+                status,
+                kind,
+                campaign: self.s.campaign_id.clone(),
+            }),
+            spent: self.pacer.spent(),
+            daily_quota: self.s.daily_quota,
         }
     }
 
@@ -162,15 +256,17 @@ impl Coordinator {
         let mut tx = self.pool.begin().await?;
         let locked = sql::lock_key(&mut tx, &self.s.key, self.s.limit_per_s).await?;
         let (from_db, others) = sql::pods(&mut tx, &self.s.key, self.pod_id).await?;
+        let used_24h = sql::used_24h(&mut tx, &self.s.key).await?;
         // Our row as the database has it wins over our memory of it (a lost commit).
         let mine = from_db.as_ref().or(mine);
         let plan = plan_round(
             locked.now,
             mine,
             self.pod_id,
-            report,
+            &report,
             &others,
             &locked.limit,
+            used_24h,
         );
         // Slower at once, before anyone can see the capacity as ours no more.
         self.pacer.lower_to(plan.me.share_per_s);
@@ -183,6 +279,7 @@ impl Coordinator {
         let changed = plan.changed || mine.is_none();
         sql::save_pod(&mut tx, &who, &plan.me, changed, self.s.ttl.as_secs_f64()).await?;
         sql::save_limit(&mut tx, &self.s.key, &plan.limit).await?;
+        sql::add_usage(&mut tx, &self.s.key, plan.used_add).await?;
         sql::forget_gone(&mut tx, &self.s.key).await?;
         tx.commit().await?;
         self.apply(&plan, started, locked.now);
@@ -192,7 +289,30 @@ impl Coordinator {
     /// After the commit: the new share (raised or not) is ours until the TTL from the round's
     /// start; a fleet-wide pause holds this pod too.
     fn apply(&self, plan: &Plan, started: Instant, now: chrono::DateTime<chrono::Utc>) {
+        self.pacer
+            .set_quota(plan.quota.map(|q| q.granted.max(0) as u64));
         self.pacer.grant(plan.me.share_per_s, started + self.s.ttl);
+        let refused = match (
+            plan.limit.refused_status,
+            plan.limit.refused_kind.as_deref(),
+        ) {
+            (Some(status), Some(kind)) => Refusal::parse(kind).map(|r| (status as u16, r)),
+            _ => None,
+        };
+        self.view.send_if_modified(|v| {
+            let new = FleetView {
+                known: true,
+                refused,
+                quota_full: plan.quota.is_some_and(|q| q.full),
+            };
+            let changed = *v != new;
+            *v = new;
+            changed
+        });
+        m::account_refused(refused.is_some());
+        if let Some(q) = plan.quota {
+            m::quota(q.used, q.daily);
+        }
         if let Some(p) = plan.limit.paused_until.filter(|p| *p > now) {
             let left = (p - now).to_std().unwrap_or_default();
             self.pacer.pause_until(Instant::now() + left);
@@ -215,7 +335,8 @@ impl Coordinator {
     async fn leave(&self) {
         self.pacer.revoke();
         m::rate_share(0.0);
-        let left = sql::leave(&self.pool, &self.s.key, self.pod_id);
+        let spent = self.pacer.spent() as i64;
+        let left = sql::leave(&self.pool, &self.s.key, self.pod_id, spent);
         match tokio::time::timeout(Duration::from_secs(2), left).await {
             Ok(Ok(())) => debug!("left the rate-limit fleet"),
             _ => warn!(

@@ -9,12 +9,21 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::pacer::MIN_RATE_PER_S;
+use super::quota;
+use crate::outcome::Refusal;
 
-/// How long a lowered rate stays committed to the pod that lowered it: the provider counts
-/// requests in one-second windows.
-pub const HANDOVER: Duration = Duration::from_secs(1);
-/// Multiplicative decrease of the effective limit on a 429 (at most once per [`HANDOVER`]).
+/// How long a given-up rate stays committed to the pod that gave it up (after a change, and
+/// after its share expired): the longest a request may leave the process after its token was
+/// handed out (a descheduled task), with room for the pods' and the database's clocks running at
+/// slightly different speeds. Not a whole second: if at every instant the rates in force sum to
+/// at most the limit, every one-second window does too, so capacity may move as soon as its old
+/// holder has stopped using it (`rate::sim` checks this on a fake clock).
+pub const HANDOVER: Duration = Duration::from_millis(250);
+/// Multiplicative decrease of the effective limit on a 429 (at most once per
+/// [`DECREASE_INTERVAL`]).
 pub const DECREASE_FACTOR: f64 = 0.7;
+/// One 429 storm cuts the limit once: the provider counts per second.
+pub const DECREASE_INTERVAL: Duration = Duration::from_secs(1);
 /// Additive increase of the effective limit: this fraction of the limit per second, so a
 /// halved limit is whole again after 10 s without 429s.
 pub const INCREASE_PER_S: f64 = 0.05;
@@ -48,6 +57,9 @@ pub struct PodRow {
     pub share_changed_at: DateTime<Utc>,
     /// It stops sending by itself before this unless it renews.
     pub expires_at: DateTime<Utc>,
+    /// Daily-quota attempts granted to it and spent by it, cumulative ([`quota`]).
+    pub quota_granted: i64,
+    pub quota_spent: i64,
 }
 
 impl PodRow {
@@ -67,25 +79,58 @@ impl PodRow {
     pub fn live(&self, now: DateTime<Utc>) -> bool {
         now < self.expires_at
     }
+
+    /// Quota attempts granted and not yet spent: counted as used until spent or forgotten.
+    pub fn quota_outstanding(&self) -> i64 {
+        (self.quota_granted - self.quota_spent).max(0)
+    }
 }
 
-/// The key's row in `rate_limits`: the effective (AIMD) limit and the fleet-wide pause.
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+/// The key's row in `rate_limits`: the effective (AIMD) limit, the fleet-wide pause, a
+/// refusal, a live limit and the daily quota.
+#[derive(Debug, Clone, PartialEq, Default, sqlx::FromRow)]
 pub struct LimitRow {
     pub effective_per_s: f64,
     pub paused_until: Option<DateTime<Utc>>,
     pub last_decrease_at: Option<DateTime<Utc>>,
     pub updated_at: DateTime<Utc>,
+    /// The provider refused the account or the endpoint: no pod of the key sends until an
+    /// operator lifts it (`campaign-sender resume`).
+    pub refused_at: Option<DateTime<Utc>>,
+    pub refused_status: Option<i16>,
+    pub refused_kind: Option<String>,
+    pub refused_campaign: Option<String>,
+    /// `campaign-sender limit --rate`: the fleet's limit instead of the pods' own while set.
+    pub override_per_s: Option<f64>,
+    /// The limit `effective_per_s` was last computed against: a changed limit rescales it.
+    pub base_per_s: Option<f64>,
+    /// The pods' `MAIL_DAILY_QUOTA`, for `status`.
+    pub daily_quota: Option<i64>,
+}
+
+/// What the provider refused, as the pod that saw it reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    pub status: u16,
+    pub kind: Refusal,
+    /// The campaign of the pod that saw it (`resume --campaign` lifts it).
+    pub campaign: String,
 }
 
 /// What one pod reports in a round.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Report {
     pub weight: f64,
     pub limit_per_s: f64,
     /// A 429 was seen since the last round, with the longest `Retry-After` (capped).
     pub throttled: Option<Option<Duration>>,
     pub ttl: Duration,
+    /// The provider refused the account or the endpoint since the last round.
+    pub refused: Option<Refused>,
+    /// Requests this process started so far (its pacer's tokens), for the daily quota.
+    pub spent: u64,
+    /// `MAIL_DAILY_QUOTA`, if set.
+    pub daily_quota: Option<u64>,
 }
 
 /// The outcome of a round: the pod's new row and the key's new row.
@@ -93,69 +138,111 @@ pub struct Report {
 pub struct Plan {
     pub me: PodRow,
     pub limit: LimitRow,
-    /// `min(limit_per_s)` over the live pods.
+    /// The limit in force: the live override, else `min(limit_per_s)` over the live pods.
     pub fleet_limit: f64,
     pub live_pods: usize,
     /// The share changed (a new limiter, a new `share_changed_at`).
     pub changed: bool,
+    /// Requests this pod started since its last round: added to this minute's usage.
+    pub used_add: i64,
+    /// The daily quota's state, if one is set.
+    pub quota: Option<quota::Grant>,
 }
 
-/// One round of one pod, at database time `now`: AIMD on the key's limit, then the pod's share
-/// under the handover rule (see the module docs). Pure; `others` are every other pod's rows of
-/// the key, live or not.
-pub fn plan_round(
+/// AIMD on the key's effective limit at `now`, against `fleet_limit`: a changed limit rescales
+/// it at once (an operator's `limit` takes effect in one round, both ways); it grows back by
+/// [`INCREASE_PER_S`] after a cut, and a 429 pauses the fleet and cuts it (once per
+/// [`DECREASE_INTERVAL`]).
+fn aimd(
+    l: &mut LimitRow,
     now: DateTime<Utc>,
-    mine: Option<&PodRow>,
-    pod_id: Uuid,
-    report: Report,
-    others: &[PodRow],
-    limit: &LimitRow,
-) -> Plan {
-    let live: Vec<&PodRow> = others.iter().filter(|p| p.live(now)).collect();
-    let fleet_limit = live
-        .iter()
-        .map(|p| p.limit_per_s)
-        .fold(report.limit_per_s, f64::min)
-        .max(0.0);
-
-    // AIMD on the key's effective limit.
-    let mut l = limit.clone();
-    let mut effective = l.effective_per_s.min(fleet_limit);
+    fleet_limit: f64,
+    throttled: Option<Option<Duration>>,
+) {
+    let mut effective = l.effective_per_s;
+    if let Some(base) = l
+        .base_per_s
+        .filter(|b| *b > 0.0 && (b - fleet_limit).abs() > 1e-9)
+    {
+        effective *= fleet_limit / base;
+    }
+    effective = effective.min(fleet_limit);
     // Additive increase for the time since the last update or the end of a pause (none before).
     let since = l.paused_until.map_or(l.updated_at, |p| p.max(l.updated_at));
     let grown = fleet_limit * INCREASE_PER_S * secs(now - since).max(0.0);
     effective = (effective + grown).min(fleet_limit);
-    if let Some(retry_after) = report.throttled {
+    if let Some(retry_after) = throttled {
         let until = now + delta(retry_after.unwrap_or(DEFAULT_PAUSE));
         l.paused_until = Some(l.paused_until.map_or(until, |p| p.max(until)));
         if l.last_decrease_at
-            .is_none_or(|t| now - t >= delta(HANDOVER))
+            .is_none_or(|t| now - t >= delta(DECREASE_INTERVAL))
         {
             effective = (effective * DECREASE_FACTOR).max(fleet_limit * MIN_FRACTION);
             l.last_decrease_at = Some(now);
         }
     }
     l.effective_per_s = effective;
+    l.base_per_s = Some(fleet_limit);
     l.updated_at = now;
+}
+
+/// One round of one pod, at database time `now`: AIMD on the key's limit, a refusal recorded,
+/// then the pod's share under the handover rule (see the module docs) and its quota grant.
+/// Pure; `others` are every other pod's rows of the key, live or not; `used_24h` the key's
+/// recorded attempts in the last 24 h.
+pub fn plan_round(
+    now: DateTime<Utc>,
+    mine: Option<&PodRow>,
+    pod_id: Uuid,
+    report: &Report,
+    others: &[PodRow],
+    limit: &LimitRow,
+    used_24h: i64,
+) -> Plan {
+    let live: Vec<&PodRow> = others.iter().filter(|p| p.live(now)).collect();
+    let configured = live
+        .iter()
+        .map(|p| p.limit_per_s)
+        .fold(report.limit_per_s, f64::min)
+        .max(0.0);
+    let fleet_limit = limit.override_per_s.unwrap_or(configured);
+
+    let mut l = limit.clone();
+    aimd(&mut l, now, fleet_limit, report.throttled);
+    if let (Some(r), None) = (&report.refused, l.refused_at) {
+        l.refused_at = Some(now);
+        l.refused_status = Some(r.status as i16);
+        l.refused_kind = Some(r.kind.as_str().to_string());
+        l.refused_campaign = Some(r.campaign.clone());
+    }
+    // A refused key sends nothing, whatever its limit.
+    let usable = if l.refused_at.is_some() {
+        0.0
+    } else {
+        l.effective_per_s
+    };
 
     // This pod's share.
     let total_weight: f64 = live.iter().map(|p| p.weight).sum::<f64>() + report.weight;
     // (total_weight ≥ report.weight > 0: no division by zero.)
     let fair = if report.weight > 0.0 {
-        effective * report.weight / total_weight
+        usable * report.weight / total_weight
     } else {
         0.0
     };
-    let free = effective - others.iter().map(|p| p.committed(now)).sum::<f64>();
-    let current = mine.map_or(0.0, |m| m.share_per_s);
+    let free = usable - others.iter().map(|p| p.committed(now)).sum::<f64>();
+    // A row of ours that expired (the database was away) is no share any more: its capacity may
+    // have been taken. Only capacity that is free now can be ours again.
+    let current = mine.filter(|m| m.live(now)).map_or(0.0, |m| m.share_per_s);
     let target = if fair <= current {
         fair
     } else {
         fair.min(current.max(free))
     }
     .max(0.0);
-    let changed = (target - current).abs() >= MIN_CHANGE_PER_S
-        || (target < MIN_RATE_PER_S && current >= MIN_RATE_PER_S);
+    let before = mine.map_or(0.0, |m| m.share_per_s);
+    let changed = (target - before).abs() >= MIN_CHANGE_PER_S
+        || (target < MIN_RATE_PER_S && before >= MIN_RATE_PER_S);
     let mut me = mine.cloned().unwrap_or(PodRow {
         pod_id,
         weight: report.weight,
@@ -164,6 +251,8 @@ pub fn plan_round(
         prev_share_per_s: 0.0,
         share_changed_at: now,
         expires_at: now,
+        quota_granted: 0,
+        quota_spent: 0,
     });
     if changed {
         me.prev_share_per_s = me.committed(now);
@@ -173,12 +262,34 @@ pub fn plan_round(
     me.weight = report.weight;
     me.limit_per_s = report.limit_per_s;
     me.expires_at = now + delta(report.ttl);
+
+    // The daily quota: what this pod started since its last round is used; a grant tops up
+    // what it may start next, out of what the fleet has left.
+    let spent = (report.spent as i64).max(me.quota_spent);
+    let used_add = spent - me.quota_spent;
+    me.quota_spent = spent;
+    l.daily_quota = report.daily_quota.map(|q| q as i64);
+    let quota = report.daily_quota.map(|daily| {
+        quota::grant(&quota::Ask {
+            daily: daily as i64,
+            used_24h: used_24h + used_add,
+            others_outstanding: others.iter().map(PodRow::quota_outstanding).sum(),
+            granted: me.quota_granted,
+            spent,
+            share_per_s: me.share_per_s,
+        })
+    });
+    if let Some(q) = &quota {
+        me.quota_granted = q.granted;
+    }
     Plan {
         me,
         limit: l,
         fleet_limit,
         live_pods: live.len() + 1,
         changed,
+        used_add,
+        quota,
     }
 }
 
@@ -191,28 +302,8 @@ pub(crate) mod tests {
     }
 
     pub(crate) const TTL: Duration = Duration::from_millis(3000);
-
-    #[test]
-    fn the_handover_second_and_the_share_end_at_their_instant_exactly() {
-        let row = PodRow {
-            pod_id: Uuid::nil(),
-            weight: 1.0,
-            limit_per_s: 500.0,
-            share_per_s: 100.0,
-            prev_share_per_s: 250.0,
-            share_changed_at: t(0),
-            expires_at: t(3000),
-        };
-        // Within the handover second the old, larger share is still committed; from its end
-        // (inclusive) only the new one.
-        assert_eq!(row.committed(t(999)), 250.0);
-        assert_eq!(row.committed(t(1000)), 100.0);
-        // Live strictly before expiry; committed until a second after it.
-        assert!(row.live(t(2999)));
-        assert!(!row.live(t(3000)));
-        assert_eq!(row.committed(t(3999)), 100.0);
-        assert_eq!(row.committed(t(4000)), 0.0);
-    }
+    /// [`HANDOVER`] in milliseconds.
+    const H: i64 = HANDOVER.as_millis() as i64;
 
     pub(crate) fn report(weight: f64) -> Report {
         Report {
@@ -220,39 +311,76 @@ pub(crate) mod tests {
             limit_per_s: 500.0,
             throttled: None,
             ttl: TTL,
+            refused: None,
+            spent: 0,
+            daily_quota: None,
         }
     }
 
     pub(crate) fn limit_row() -> LimitRow {
         LimitRow {
             effective_per_s: 500.0,
-            paused_until: None,
-            last_decrease_at: None,
             updated_at: t(0),
+            ..Default::default()
         }
+    }
+
+    fn row(share: f64, changed: i64, expires: i64) -> PodRow {
+        PodRow {
+            pod_id: Uuid::new_v4(),
+            weight: 1.0,
+            limit_per_s: 500.0,
+            share_per_s: share,
+            prev_share_per_s: share,
+            share_changed_at: t(changed),
+            expires_at: t(expires),
+            quota_granted: 0,
+            quota_spent: 0,
+        }
+    }
+
+    /// A round with no recorded quota usage.
+    pub(crate) fn round(
+        now: i64,
+        mine: Option<&PodRow>,
+        id: Uuid,
+        r: &Report,
+        others: &[PodRow],
+        l: &LimitRow,
+    ) -> Plan {
+        plan_round(t(now), mine, id, r, others, l, 0)
+    }
+
+    #[test]
+    fn the_handover_and_the_share_end_at_their_instant_exactly() {
+        let r = PodRow {
+            prev_share_per_s: 250.0,
+            ..row(100.0, 0, 3000)
+        };
+        // Within the handover the old, larger share is still committed; from its end
+        // (inclusive) only the new one.
+        assert_eq!(r.committed(t(H - 1)), 250.0);
+        assert_eq!(r.committed(t(H)), 100.0);
+        // Live strictly before expiry; committed until the handover after it.
+        assert!(r.live(t(2999)));
+        assert!(!r.live(t(3000)));
+        assert_eq!(r.committed(t(3000 + H - 1)), 100.0);
+        assert_eq!(r.committed(t(3000 + H)), 0.0);
     }
 
     #[test]
     fn shares_follow_weight_a_lone_idle_pod_holds_none_and_a_tiny_share_still_drops_to_zero() {
         let l = limit_row();
         // Alone and idle: nothing (the total weight is 0: no share from a division by it).
-        let idle = plan_round(t(0), None, Uuid::new_v4(), report(0.0), &[], &l);
+        let idle = round(0, None, Uuid::new_v4(), &report(0.0), &[], &l);
         assert_eq!(idle.me.share_per_s, 0.0);
         // The fair share is proportional to weight: 3 of 4 next to a pod holding nothing.
-        let other = PodRow {
-            pod_id: Uuid::new_v4(),
-            weight: 1.0,
-            limit_per_s: 500.0,
-            share_per_s: 0.0,
-            prev_share_per_s: 0.0,
-            share_changed_at: t(-5000),
-            expires_at: t(3000),
-        };
-        let heavy = plan_round(
-            t(0),
+        let other = row(0.0, -5000, 3000);
+        let heavy = round(
+            0,
             None,
             Uuid::new_v4(),
-            report(3.0),
+            &report(3.0),
             std::slice::from_ref(&other),
             &l,
         );
@@ -262,7 +390,7 @@ pub(crate) mod tests {
             share_per_s: 0.3,
             ..other
         };
-        let p = plan_round(t(0), Some(&tiny), tiny.pod_id, report(0.0), &[], &l);
+        let p = round(0, Some(&tiny), tiny.pod_id, &report(0.0), &[], &l);
         assert!(p.changed);
         assert_eq!(p.me.share_per_s, 0.0);
     }
@@ -271,97 +399,77 @@ pub(crate) mod tests {
     fn a_share_of_exactly_the_minimum_rate_is_a_rate_and_live_pods_count_this_one() {
         // Limit 0.01/s (MIN_RATE_PER_S), one pod at 0.3/s: its fair share is 0.01, a change of
         // 0.29 (< MIN_CHANGE_PER_S) and not a drop to nothing, so the share is left alone.
-        let row = PodRow {
-            pod_id: Uuid::new_v4(),
-            weight: 1.0,
+        let mine = PodRow {
             limit_per_s: MIN_RATE_PER_S,
-            share_per_s: 0.3,
-            prev_share_per_s: 0.3,
-            share_changed_at: t(-5000),
-            expires_at: t(3000),
+            ..row(0.3, -5000, 3000)
         };
         let tiny_limit = Report {
             limit_per_s: MIN_RATE_PER_S,
             ..report(1.0)
         };
-        let p = plan_round(t(0), Some(&row), row.pod_id, tiny_limit, &[], &limit_row());
+        let p = round(0, Some(&mine), mine.pod_id, &tiny_limit, &[], &limit_row());
         assert!(!p.changed, "{p:?}");
         assert_eq!(p.me.share_per_s, 0.3);
         assert_eq!(p.live_pods, 1);
-        let two = plan_round(
-            t(0),
-            None,
-            Uuid::new_v4(),
-            report(1.0),
-            &[row],
-            &limit_row(),
-        );
+        let two = round(0, None, Uuid::new_v4(), &report(1.0), &[mine], &limit_row());
         assert_eq!(two.live_pods, 2);
     }
 
     #[test]
     fn a_lone_pod_gets_the_whole_limit_at_once_and_an_idle_pod_holds_none() {
         let id = Uuid::new_v4();
-        let p = plan_round(t(0), None, id, report(1.0), &[], &limit_row());
+        let p = round(0, None, id, &report(1.0), &[], &limit_row());
         assert_eq!(p.me.share_per_s, 500.0);
         let busy = p.me.clone();
         // An idle second pod gets nothing and takes nothing.
-        let idle = plan_round(
-            t(100),
+        let idle = round(
+            100,
             None,
             Uuid::new_v4(),
-            report(0.0),
+            &report(0.0),
             std::slice::from_ref(&busy),
             &limit_row(),
         );
         assert_eq!(idle.me.share_per_s, 0.0);
-        let again = plan_round(
-            t(350),
-            Some(&busy),
-            id,
-            report(1.0),
-            &[idle.me],
-            &limit_row(),
-        );
+        let again = round(350, Some(&busy), id, &report(1.0), &[idle.me], &limit_row());
         assert_eq!(again.me.share_per_s, 500.0);
     }
 
     #[test]
-    fn a_joining_pod_waits_for_the_capacity_the_others_gave_up_a_second_ago() {
-        let a = Uuid::new_v4();
-        let b = Uuid::new_v4();
+    fn a_joining_pod_gets_the_capacity_the_others_gave_up_once_the_handover_is_over() {
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
         let l = limit_row();
-        let a0 = plan_round(t(0), None, a, report(1.0), &[], &l).me;
-        let b0 = plan_round(t(100), None, b, report(1.0), std::slice::from_ref(&a0), &l).me;
+        let a0 = round(0, None, a, &report(1.0), &[], &l).me;
+        let b0 = round(100, None, b, &report(1.0), std::slice::from_ref(&a0), &l).me;
         assert_eq!(b0.share_per_s, 0.0, "nothing free while a holds it all");
-        let a1 = plan_round(
-            t(250),
+        let a1 = round(
+            250,
             Some(&a0),
             a,
-            report(1.0),
+            &report(1.0),
             std::slice::from_ref(&b0),
             &l,
         )
         .me;
         assert_eq!(a1.share_per_s, 250.0, "a lowers to its fair share at once");
-        let b1 = plan_round(
-            t(1_200),
+        let b1 = round(
+            250 + H - 1,
             Some(&b0),
             b,
-            report(1.0),
+            &report(1.0),
             std::slice::from_ref(&a1),
             &l,
         )
         .me;
         assert_eq!(
             b1.share_per_s, 0.0,
-            "a's old rate is committed until 1 s after its change"
+            "a's old rate is committed for the handover"
         );
-        let b2 = plan_round(
-            t(1_251),
+        let b2 = round(
+            250 + H,
             Some(&b1),
             b,
-            report(1.0),
+            &report(1.0),
             std::slice::from_ref(&a1),
             &l,
         )
@@ -370,44 +478,82 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_crashed_pods_capacity_is_free_only_a_second_after_its_share_expired() {
-        let a = Uuid::new_v4();
-        let b = Uuid::new_v4();
+    fn a_crashed_pods_capacity_is_free_only_after_its_share_expired_and_the_handover() {
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
         let l = limit_row();
-        let a0 = plan_round(t(0), None, a, report(1.0), &[], &l).me;
-        let b0 = plan_round(t(10), None, b, report(1.0), std::slice::from_ref(&a0), &l).me;
-        let a1 = plan_round(
-            t(250),
+        let a0 = round(0, None, a, &report(1.0), &[], &l).me;
+        let b0 = round(10, None, b, &report(1.0), std::slice::from_ref(&a0), &l).me;
+        let a1 = round(
+            250,
             Some(&a0),
             a,
-            report(1.0),
+            &report(1.0),
             std::slice::from_ref(&b0),
             &l,
         )
         .me;
-        let b1 = plan_round(
-            t(1_300),
+        let b1 = round(
+            1_300,
             Some(&b0),
             b,
-            report(1.0),
+            &report(1.0),
             std::slice::from_ref(&a1),
             &l,
         )
         .me;
         assert_eq!(b1.share_per_s, 250.0);
-        // a crashes after its round at 250 ms: expires at 3 250 ms, committed until 4 250 ms.
-        let b2 = plan_round(
-            t(4_000),
+        // a crashes after its round at 250 ms: expires at 3 250 ms.
+        let b2 = round(
+            3_250 + H - 1,
             Some(&b1),
             b,
-            report(1.0),
+            &report(1.0),
             std::slice::from_ref(&a1),
             &l,
         )
         .me;
         assert_eq!(b2.share_per_s, 250.0, "a's share is still committed");
-        let b3 = plan_round(t(4_251), Some(&b2), b, report(1.0), &[a1], &l).me;
+        let b3 = round(3_250 + H, Some(&b2), b, &report(1.0), &[a1], &l).me;
         assert_eq!(b3.share_per_s, 500.0);
+    }
+
+    /// After a database outage every pod's row has expired; the first pod back takes what is
+    /// free. A pod back later must not keep its old share as if it were still its own: that
+    /// capacity was given away meanwhile (the 429 after a PostgreSQL restart).
+    #[test]
+    fn an_expired_share_of_our_own_is_not_ours_after_an_outage() {
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let l = limit_row();
+        let a_old = PodRow {
+            pod_id: a,
+            ..row(250.0, -10_000, 0)
+        };
+        let b_old = PodRow {
+            pod_id: b,
+            ..row(250.0, -10_000, 0)
+        };
+        // 8 s later a is back first: b's row is long expired, so a may take the whole limit.
+        let a1 = round(
+            8_000,
+            Some(&a_old),
+            a,
+            &report(1.0),
+            std::slice::from_ref(&b_old),
+            &l,
+        )
+        .me;
+        assert_eq!(a1.share_per_s, 500.0);
+        // b is back 100 ms later: nothing is free, and its old 250 is not its own any more.
+        let b1 = round(
+            8_100,
+            Some(&b_old),
+            b,
+            &report(1.0),
+            std::slice::from_ref(&a1),
+            &l,
+        );
+        assert_eq!(b1.me.share_per_s, 0.0, "{b1:?}");
+        assert!(b1.changed);
     }
 
     #[test]
@@ -415,7 +561,7 @@ pub(crate) mod tests {
         let a = Uuid::new_v4();
         let mut r = report(1.0);
         r.throttled = Some(Some(Duration::from_secs(2)));
-        let p = plan_round(t(1_000), None, a, r, &[], &limit_row());
+        let p = round(1_000, None, a, &r, &[], &limit_row());
         assert_eq!(p.limit.paused_until, Some(t(3_000)));
         assert!(
             (p.limit.effective_per_s - 350.0).abs() < 1e-9,
@@ -424,30 +570,130 @@ pub(crate) mod tests {
         );
         assert_eq!(p.me.share_per_s, 350.0);
         // A second 429 of the same storm 200 ms later extends the pause but does not cut again.
-        let p2 = plan_round(t(1_200), Some(&p.me), a, r, &[], &p.limit);
+        let p2 = round(1_200, Some(&p.me), a, &r, &[], &p.limit);
         assert!((p2.limit.effective_per_s - 350.0).abs() < 1e-9);
         assert_eq!(p2.limit.paused_until, Some(t(3_200)));
         // No increase during the pause; afterwards +5 % of the limit per second.
-        let p3 = plan_round(t(3_000), Some(&p2.me), a, report(1.0), &[], &p2.limit);
+        let p3 = round(3_000, Some(&p2.me), a, &report(1.0), &[], &p2.limit);
         assert!((p3.limit.effective_per_s - 350.0).abs() < 1e-9);
-        let p4 = plan_round(t(5_200), Some(&p3.me), a, report(1.0), &[], &p3.limit);
+        let p4 = round(5_200, Some(&p3.me), a, &report(1.0), &[], &p3.limit);
         assert!(
             (p4.limit.effective_per_s - 400.0).abs() < 1e-6,
             "{:?}",
             p4.limit
         );
-        let p5 = plan_round(t(60_000), Some(&p4.me), a, report(1.0), &[], &p4.limit);
+        let p5 = round(60_000, Some(&p4.me), a, &report(1.0), &[], &p4.limit);
         assert_eq!(p5.limit.effective_per_s, 500.0, "never above the limit");
     }
 
     #[test]
     fn the_smallest_configured_limit_of_the_live_pods_wins() {
-        let a = Uuid::new_v4();
-        let a0 = plan_round(t(0), None, a, report(1.0), &[], &limit_row()).me;
+        let a0 = round(0, None, Uuid::new_v4(), &report(1.0), &[], &limit_row()).me;
         let mut r = report(1.0);
         r.limit_per_s = 200.0;
-        let b = plan_round(t(10), None, Uuid::new_v4(), r, &[a0], &limit_row());
+        let b = round(10, None, Uuid::new_v4(), &r, &[a0], &limit_row());
         assert_eq!(b.fleet_limit, 200.0);
         assert!(b.limit.effective_per_s <= 200.0);
+    }
+
+    /// `campaign-sender limit --rate`: in force for the key whatever the pods are configured
+    /// with, lower or higher, at the next round; an AIMD cut in progress keeps its proportion.
+    #[test]
+    fn a_live_limit_overrides_the_pods_and_takes_effect_in_one_round_both_ways() {
+        let a = Uuid::new_v4();
+        let p0 = round(0, None, a, &report(1.0), &[], &limit_row());
+        assert_eq!(p0.me.share_per_s, 500.0);
+        let lowered = LimitRow {
+            override_per_s: Some(100.0),
+            ..p0.limit.clone()
+        };
+        let p1 = round(250, Some(&p0.me), a, &report(1.0), &[], &lowered);
+        assert_eq!((p1.fleet_limit, p1.me.share_per_s), (100.0, 100.0));
+        let raised = LimitRow {
+            override_per_s: Some(800.0),
+            ..p1.limit.clone()
+        };
+        let p2 = round(500, Some(&p1.me), a, &report(1.0), &[], &raised);
+        assert_eq!((p2.fleet_limit, p2.me.share_per_s), (800.0, 800.0));
+        // Cleared: back to the pods' own MAIL_RATE_PER_S.
+        let cleared = LimitRow {
+            override_per_s: None,
+            ..p2.limit.clone()
+        };
+        let p3 = round(750, Some(&p2.me), a, &report(1.0), &[], &cleared);
+        assert_eq!((p3.fleet_limit, p3.me.share_per_s), (500.0, 500.0));
+        // During a 429 recovery (effective 350 of 500), a new limit of 1000 gives 700.
+        let cut = LimitRow {
+            effective_per_s: 350.0,
+            override_per_s: Some(1_000.0),
+            ..p3.limit.clone()
+        };
+        let p4 = round(750, Some(&p3.me), a, &report(1.0), &[], &cut);
+        assert!(
+            (p4.limit.effective_per_s - 700.0).abs() < 1e-6,
+            "{:?}",
+            p4.limit
+        );
+    }
+
+    /// The first refusal is recorded for the key (and only the first: its time, status and
+    /// campaign stay); from then on no pod of the key has a share until it is lifted.
+    #[test]
+    fn a_refusal_takes_every_share_of_the_key_until_it_is_lifted() {
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let a0 = round(0, None, a, &report(1.0), &[], &limit_row());
+        let mut r = report(1.0);
+        r.refused = Some(Refused {
+            status: 401,
+            kind: Refusal::Account,
+            campaign: "spring-sale".into(),
+        });
+        let a1 = round(100, Some(&a0.me), a, &r, &[], &a0.limit);
+        assert_eq!(a1.me.share_per_s, 0.0);
+        assert_eq!(a1.limit.refused_at, Some(t(100)));
+        assert_eq!(a1.limit.refused_status, Some(401));
+        assert_eq!(a1.limit.refused_kind.as_deref(), Some("account"));
+        assert_eq!(a1.limit.refused_campaign.as_deref(), Some("spring-sale"));
+        // Another pod of the key gets nothing; a later refusal does not overwrite the first.
+        let mut r2 = r.clone();
+        r2.refused.as_mut().unwrap().status = 404;
+        let b1 = round(200, None, b, &r2, std::slice::from_ref(&a1.me), &a1.limit);
+        assert_eq!(b1.me.share_per_s, 0.0);
+        assert_eq!(b1.limit.refused_status, Some(401));
+        // Lifted (`resume`): the whole limit again.
+        let lifted = LimitRow {
+            refused_at: None,
+            refused_status: None,
+            refused_kind: None,
+            refused_campaign: None,
+            ..b1.limit.clone()
+        };
+        let a2 = round(400, Some(&a1.me), a, &report(1.0), &[], &lifted);
+        assert_eq!(a2.me.share_per_s, 500.0);
+    }
+
+    /// The pod's spending since its last round is what the round adds to the usage, and its grant
+    /// is topped up out of what the quota has left after every pod's unspent grant.
+    #[test]
+    fn a_round_records_the_spending_and_grants_out_of_what_the_quota_has_left() {
+        let a = Uuid::new_v4();
+        let mut r = report(1.0);
+        r.daily_quota = Some(1_000);
+        let p0 = plan_round(t(0), None, a, &r, &[], &limit_row(), 0);
+        assert_eq!(p0.me.quota_granted, 500, "a second of its 500/s share");
+        assert_eq!(p0.limit.daily_quota, Some(1_000));
+        r.spent = 300;
+        let other = PodRow {
+            quota_granted: 250,
+            quota_spent: 50,
+            ..row(0.0, -5000, 3000)
+        };
+        // 200 recorded before this round, 300 new, 200 unspent by the other pod, 200 by this one:
+        // 100 left; this pod's share is now 250/s (the other is live), so 50 tops it up.
+        let p1 = plan_round(t(250), Some(&p0.me), a, &r, &[other], &p0.limit, 200);
+        assert_eq!(p1.used_add, 300);
+        assert_eq!(p1.me.quota_spent, 300);
+        let q = p1.quota.unwrap();
+        assert_eq!((p1.me.quota_granted, q.used, q.full), (550, 950, false));
     }
 }

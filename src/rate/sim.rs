@@ -89,9 +89,10 @@ impl Fleet {
             t(now),
             p.row.as_ref(),
             p.id,
-            report(1.0),
+            &report(1.0),
             &others,
             &self.limit,
+            0,
         );
         if plan.me.share_per_s < p.rate {
             self.set_rate(i, plan.me.share_per_s);

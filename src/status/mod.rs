@@ -15,8 +15,8 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::PgPool;
 
+use crate::store::account::{self, KeyState};
 use crate::store::campaigns::{self, Pause};
-use crate::store::rate::{self as rate_sql, KeyState};
 use crate::store::{Progress, Reason, RowState, Store};
 use crate::window::{SendWindow, WindowState};
 
@@ -127,7 +127,7 @@ pub async fn gather(
     let progress = store.progress().await?;
     let failures = store.reasons(RowState::Failed, TOP_REASONS).await?;
     let retrying = store.reasons(RowState::Pending, TOP_REASONS).await?;
-    let limits = rate_sql::limits_of_campaign(pool, campaign_id).await?;
+    let limits = account::keys_of_campaign(pool, campaign_id).await?;
     let c = &progress.counts;
     let remaining = c.pending + c.sending;
     let rate = rate_per_s(&progress);

@@ -30,10 +30,13 @@ pub fn one_line(s: &Status) -> String {
         (_, Some(e)) => format!("ETA {}", duration(e)),
         (_, None) => "ETA unknown (nothing delivered in the last minute)".to_string(),
     };
-    let paused = match &s.paused {
+    let mut paused = match &s.paused {
         Some(p) => format!(", PAUSED by {}", p.by),
         None => String::new(),
     };
+    if let Some(r) = s.limits.iter().find_map(|k| k.refused.as_ref()) {
+        paused += &format!(", REFUSED: {}", r.advice());
+    }
     format!(
         "{}: {settled}/{} settled ({} sent, {} failed, {} opted out), {:.1}/s, {eta}{paused}",
         s.campaign_id, c.total, c.sent, c.failed, c.opted_out, s.rate_per_s
@@ -157,9 +160,10 @@ pub(super) fn budget(s: &Status) -> String {
     }
 }
 
-/// Each rate-limit key the campaign's pods send under, with every live pod of the key.
+/// Each rate-limit key the campaign's pods send under: its limit, a refusal, the daily quota,
+/// and every live pod of the key.
 fn render_limits(o: &mut String, s: &Status) {
-    if s.limits.is_empty() {
+    if s.limits.iter().all(|k| k.members.is_empty()) {
         let _ = writeln!(o, "workers    none live");
     }
     for k in &s.limits {
@@ -167,14 +171,39 @@ fn render_limits(o: &mut String, s: &Status) {
             .paused_for_s
             .map(|p| format!(", paused {p:.1}s after a 429"))
             .unwrap_or_default();
+        let set_by = if k.override_per_s.is_some() {
+            "set live (`campaign-sender limit`)"
+        } else {
+            "configured"
+        };
         let _ = writeln!(
             o,
-            "limit      {}: {:.0}/s configured, {:.0}/s effective{paused}, {} live pods",
+            "limit      {}: {:.0}/s {set_by}, {:.0}/s effective{paused}, {} live pods",
             k.key,
             k.limit_per_s,
             k.effective_per_s,
             k.members.len()
         );
+        if let Some(r) = &k.refused {
+            let _ = writeln!(
+                o,
+                "REFUSED    {} since {}",
+                r.advice(),
+                r.since.format("%Y-%m-%d %H:%M:%S UTC")
+            );
+        }
+        if let Some(q) = &k.quota {
+            let full = match (q.full(), q.frees_from) {
+                (true, Some(t)) => format!("; FULL, frees from {}", t.format("%Y-%m-%d %H:%M UTC")),
+                (true, None) => "; FULL".to_string(),
+                _ => String::new(),
+            };
+            let _ = writeln!(
+                o,
+                "quota      {} of {} requests in the last 24 h{full}",
+                q.used, q.daily
+            );
+        }
         for m in &k.members {
             let other = if m.campaign_id == s.campaign_id {
                 String::new()

@@ -5,7 +5,9 @@
 //! - [`campaigns`]: `campaigns`, the optional settings row (template, budget, send window) and
 //!   the fleet-wide kill switch;
 //! - [`budgets`]: `run_budgets`, one time budget per Job;
-//! - [`rate`]: `rate_limits` and `rate_pods`, the fleet-wide rate limit's rounds;
+//! - [`rate`]: `rate_limits`, `rate_pods` and `rate_usage`, the fleet-wide rate limit's rounds;
+//! - [`account`]: the same tables as operators see and steer them (members, refusals, a live
+//!   limit, the daily quota's use);
 //! - [`import`]: the statements of `import` (staging table, duplicate check, idempotent insert);
 //! - [`connect`]: the pool and the migrations; [`problem`]: what a database error means for the
 //!   person who must fix it (advice, exit code, whether waiting can heal it);
@@ -18,6 +20,7 @@
 //! only multi-statement transactions are a rate round (serialised by its key's row lock, see
 //! [`rate`]) and an import (atomic by design, see [`import`]).
 
+pub mod account;
 pub mod budgets;
 pub mod campaigns;
 pub mod connect;

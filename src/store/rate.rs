@@ -35,6 +35,8 @@ pub async fn lock_key(
         VALUES ($1, $2, clock_timestamp())
         ON CONFLICT (limit_key) DO UPDATE SET limit_key = l.limit_key
         RETURNING l.effective_per_s, l.paused_until, l.last_decrease_at, l.updated_at,
+                  l.refused_at, l.refused_status, l.refused_kind, l.refused_campaign,
+                  l.override_per_s, l.base_per_s, l.daily_quota,
                   clock_timestamp() AS now
     "#;
     sqlx::query_as(LOCK)
@@ -54,7 +56,7 @@ pub async fn pods(
     // language=PostgreSQL
     const PODS: &str = r#"
         SELECT pod_id, weight, limit_per_s, share_per_s, prev_share_per_s,
-               share_changed_at, expires_at
+               share_changed_at, expires_at, quota_granted, quota_spent
           FROM rate_pods
          WHERE limit_key = $1
     "#;
@@ -89,16 +91,19 @@ pub async fn save_pod(
     // language=PostgreSQL
     const SAVE: &str = r#"
         INSERT INTO rate_pods AS p (limit_key, pod_id, worker, campaign_id, weight, limit_per_s,
-                               share_per_s, prev_share_per_s, share_changed_at, expires_at)
+                               share_per_s, prev_share_per_s, share_changed_at, expires_at,
+                               quota_granted, quota_spent)
         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, clock_timestamp(),
-                clock_timestamp() + make_interval(secs => $10))
+                clock_timestamp() + make_interval(secs => $10), $11, $12)
         ON CONFLICT (limit_key, pod_id) DO UPDATE
            SET weight           = EXCLUDED.weight,
                limit_per_s      = EXCLUDED.limit_per_s,
                share_per_s      = EXCLUDED.share_per_s,
                prev_share_per_s = EXCLUDED.prev_share_per_s,
                share_changed_at = CASE WHEN $9 THEN clock_timestamp() ELSE p.share_changed_at END,
-               expires_at       = EXCLUDED.expires_at
+               expires_at       = EXCLUDED.expires_at,
+               quota_granted    = EXCLUDED.quota_granted,
+               quota_spent      = EXCLUDED.quota_spent
     "#;
     sqlx::query(SAVE)
         .bind(who.key)
@@ -111,15 +116,18 @@ pub async fn save_pod(
         .bind(me.prev_share_per_s)
         .bind(changed)
         .bind(ttl_s)
+        .bind(me.quota_granted)
+        .bind(me.quota_spent)
         .execute(tx)
         .await?;
     Ok(())
 }
 
-/// Writes the key's AIMD state and fleet-wide pause.
+/// Writes the key's AIMD state, fleet-wide pause, refusal and quota (never the live limit: that
+/// is the operator's).
 ///
 /// Invariant: written under the round's lock, so two pods reporting one 429 storm cut the limit
-/// once.
+/// once, and the first refusal is the one kept.
 pub async fn save_limit(
     tx: &mut PgConnection,
     key: &str,
@@ -128,7 +136,9 @@ pub async fn save_limit(
     // language=PostgreSQL
     const SAVE: &str = r#"
         UPDATE rate_limits
-           SET effective_per_s = $2, paused_until = $3, last_decrease_at = $4, updated_at = $5
+           SET effective_per_s = $2, paused_until = $3, last_decrease_at = $4, updated_at = $5,
+               refused_at = $6, refused_status = $7, refused_kind = $8, refused_campaign = $9,
+               base_per_s = $10, daily_quota = $11
          WHERE limit_key = $1
     "#;
     sqlx::query(SAVE)
@@ -137,114 +147,98 @@ pub async fn save_limit(
         .bind(limit.paused_until)
         .bind(limit.last_decrease_at)
         .bind(limit.updated_at)
+        .bind(limit.refused_at)
+        .bind(limit.refused_status)
+        .bind(&limit.refused_kind)
+        .bind(&limit.refused_campaign)
+        .bind(limit.base_per_s)
+        .bind(limit.daily_quota)
         .execute(tx)
         .await?;
     Ok(())
 }
 
 /// Forgets pods gone for ten minutes (kept that long only for `status`; their capacity was free
-/// a second after they expired).
+/// shortly after they expired), counting what they were granted of the daily quota and did not
+/// report spent as used; and forgets usage older than the rolling 24 h.
+///
+/// Invariant: a grant counts against the quota until it is reported spent or, here, recorded
+/// as used — never dropped, so pods that die never let the fleet exceed the quota.
 pub async fn forget_gone(tx: &mut PgConnection, key: &str) -> Result<(), sqlx::Error> {
     // language=PostgreSQL
-    const FORGET: &str = "DELETE FROM rate_pods WHERE limit_key = $1 AND expires_at < clock_timestamp() - interval '10 minutes'";
-    sqlx::query(FORGET).bind(key).execute(tx).await?;
+    const FORGET: &str = r#"
+        WITH gone AS (
+            DELETE FROM rate_pods
+             WHERE limit_key = $1 AND expires_at < clock_timestamp() - interval '10 minutes'
+            RETURNING greatest(quota_granted - quota_spent, 0) AS unspent
+        )
+        INSERT INTO rate_usage AS u (limit_key, minute, attempts)
+        SELECT $1, date_trunc('minute', clock_timestamp()), sum(unspent) FROM gone
+        HAVING sum(unspent) > 0
+        ON CONFLICT (limit_key, minute) DO UPDATE SET attempts = u.attempts + excluded.attempts
+    "#;
+    // language=PostgreSQL
+    const PRUNE: &str = "DELETE FROM rate_usage WHERE limit_key = $1 AND minute < clock_timestamp() - interval '25 hours'";
+    sqlx::query(FORGET).bind(key).execute(&mut *tx).await?;
+    sqlx::query(PRUNE).bind(key).execute(tx).await?;
     Ok(())
 }
 
-/// Marks a pod gone: expired now, weight 0.
+/// The key's requests recorded in the last 24 h (the minute that started 24 h ago included).
+pub async fn used_24h(tx: &mut PgConnection, key: &str) -> Result<i64, sqlx::Error> {
+    // language=PostgreSQL
+    const USED: &str = r#"
+        SELECT coalesce(sum(attempts), 0)::bigint FROM rate_usage
+         WHERE limit_key = $1 AND minute > clock_timestamp() - interval '24 hours 1 minute'
+    "#;
+    sqlx::query_scalar(USED).bind(key).fetch_one(tx).await
+}
+
+/// Adds `n` requests to the key's usage of the current minute.
 ///
-/// Invariant: called only after the pod's pacer is revoked, so the committed window (a second
-/// past the expiry) starts after the last request this pod can start.
-pub async fn leave(pool: &PgPool, key: &str, pod_id: Uuid) -> Result<(), sqlx::Error> {
+/// Invariant: under the round's lock, in the same transaction as the pod's new `quota_spent`,
+/// so a request is counted either as unspent grant or as usage, never both and never neither.
+pub async fn add_usage(tx: &mut PgConnection, key: &str, n: i64) -> Result<(), sqlx::Error> {
+    if n <= 0 {
+        return Ok(());
+    }
+    // language=PostgreSQL
+    const ADD: &str = r#"
+        INSERT INTO rate_usage AS u (limit_key, minute, attempts)
+        VALUES ($1, date_trunc('minute', clock_timestamp()), $2)
+        ON CONFLICT (limit_key, minute) DO UPDATE SET attempts = u.attempts + excluded.attempts
+    "#;
+    sqlx::query(ADD).bind(key).bind(n).execute(tx).await?;
+    Ok(())
+}
+
+/// Marks a pod gone: expired now, weight 0, its final spending recorded as usage and the rest
+/// of its grant given back.
+///
+/// Invariant: called only after the pod's pacer is revoked (no token after `spent`), so the
+/// handover after the expiry starts after the last request this pod can start; under the key's
+/// lock, like a round, so the usage and the grant change together.
+pub async fn leave(pool: &PgPool, key: &str, pod_id: Uuid, spent: i64) -> Result<(), sqlx::Error> {
+    // language=PostgreSQL
+    const LOCK: &str = "SELECT 1 FROM rate_limits WHERE limit_key = $1 FOR UPDATE";
     // language=PostgreSQL
     const LEAVE: &str = r#"
-        UPDATE rate_pods
-           SET expires_at = least(expires_at, clock_timestamp()), weight = 0
-         WHERE limit_key = $1 AND pod_id = $2
+        UPDATE rate_pods p
+           SET expires_at = least(p.expires_at, clock_timestamp()), weight = 0,
+               quota_granted = greatest($3, old.quota_spent),
+               quota_spent = greatest($3, old.quota_spent)
+          FROM (SELECT quota_spent FROM rate_pods WHERE limit_key = $1 AND pod_id = $2) old
+         WHERE p.limit_key = $1 AND p.pod_id = $2
+        RETURNING greatest($3 - old.quota_spent, 0)
     "#;
-    sqlx::query(LEAVE)
+    let mut tx = pool.begin().await?;
+    sqlx::query(LOCK).bind(key).execute(&mut *tx).await?;
+    let added: Option<i64> = sqlx::query_scalar(LEAVE)
         .bind(key)
         .bind(pod_id)
-        .execute(pool)
+        .bind(spent)
+        .fetch_optional(&mut *tx)
         .await?;
-    Ok(())
-}
-
-/// A live member of a rate-limit key, as `status` shows it.
-#[derive(Debug, Clone, serde::Serialize, FromRow)]
-pub struct Member {
-    pub worker: String,
-    pub campaign_id: String,
-    pub share_per_s: f64,
-    pub weight: f64,
-    pub expires_in_s: f64,
-}
-
-/// The live members of a limit key, for `status` and tests.
-pub async fn members(pool: &PgPool, key: &str) -> Result<Vec<Member>, sqlx::Error> {
-    // language=PostgreSQL
-    const MEMBERS: &str = r#"
-        SELECT worker, campaign_id, share_per_s, weight,
-               extract(epoch FROM expires_at - clock_timestamp())::float8 AS expires_in_s
-          FROM rate_pods
-         WHERE limit_key = $1 AND expires_at > clock_timestamp()
-         ORDER BY worker
-    "#;
-    sqlx::query_as(MEMBERS).bind(key).fetch_all(pool).await
-}
-
-/// One limit key as `status` shows it.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct KeyState {
-    pub key: String,
-    /// The configured limit (the smallest among live pods).
-    pub limit_per_s: f64,
-    /// After AIMD cuts on 429s.
-    pub effective_per_s: f64,
-    /// Seconds left of a fleet-wide pause after a 429.
-    pub paused_for_s: Option<f64>,
-    pub members: Vec<Member>,
-}
-
-/// A key's row as [`limits_of_campaign`] reads it.
-#[derive(FromRow)]
-struct KeyRow {
-    limit_key: String,
-    effective_per_s: f64,
-    paused_for_s: Option<f64>,
-    limit_per_s: Option<f64>,
-}
-
-/// The rate-limit keys a campaign's live pods send under, each with every live member of the
-/// key (other campaigns on the same provider account included: they share its limit).
-pub async fn limits_of_campaign(
-    pool: &PgPool,
-    campaign_id: &str,
-) -> Result<Vec<KeyState>, sqlx::Error> {
-    // language=PostgreSQL
-    const KEYS: &str = r#"
-        SELECT l.limit_key, l.effective_per_s,
-               extract(epoch FROM l.paused_until - clock_timestamp())::float8 AS paused_for_s,
-               (SELECT min(p.limit_per_s) FROM rate_pods p
-                 WHERE p.limit_key = l.limit_key AND p.expires_at > clock_timestamp()) AS limit_per_s
-          FROM rate_limits l
-         WHERE l.limit_key IN (SELECT limit_key FROM rate_pods
-                                WHERE campaign_id = $1 AND expires_at > clock_timestamp())
-         ORDER BY l.limit_key
-    "#;
-    let rows: Vec<KeyRow> = sqlx::query_as(KEYS)
-        .bind(campaign_id)
-        .fetch_all(pool)
-        .await?;
-    let mut out = Vec::with_capacity(rows.len());
-    for r in rows {
-        out.push(KeyState {
-            members: members(pool, &r.limit_key).await?,
-            limit_per_s: r.limit_per_s.unwrap_or(0.0),
-            effective_per_s: r.effective_per_s,
-            paused_for_s: r.paused_for_s.filter(|s| *s > 0.0),
-            key: r.limit_key,
-        });
-    }
-    Ok(out)
+    add_usage(&mut tx, key, added.unwrap_or(0)).await?;
+    tx.commit().await
 }

@@ -50,13 +50,18 @@ impl Pipeline<'_> {
         }
     }
 
-    /// Waits until fewer than `low_water` rows are held; false if the pass stopped meanwhile.
+    /// Waits until fewer than `low_water` rows are held — written rows make room, and so does
+    /// a larger share — ; false if the pass stopped meanwhile.
     async fn wait_for_room(&self) -> bool {
-        let low_water = self.low_water();
-        while self.holding.load(Ordering::SeqCst) >= low_water {
+        loop {
+            let mut share = self.w.pacer.changes();
+            if self.holding.load(Ordering::SeqCst) < self.low_water() {
+                break;
+            }
             self.room_wanted.store(true, Ordering::SeqCst);
             tokio::select! {
                 _ = self.room.notified() => {}
+                _ = share.changed() => {}
                 _ = self.stop.stopped() => return false,
             }
         }
@@ -64,13 +69,17 @@ impl Pipeline<'_> {
         !self.stop.is_stopped()
     }
 
-    /// One claim, riding out a database outage; `None` (the pass failed) past the limit.
+    /// One claim — of [`Pipeline::low_water`] rows; a step's of `BATCH_SIZE` — riding out a
+    /// database outage; `None` (the pass failed) past the limit.
     async fn claim_batch(&self) -> Option<Batch> {
         let (w, cfg) = (self.w, self.cfg());
+        let n = if self.one_batch {
+            cfg.batch_size
+        } else {
+            self.low_water() as u32
+        };
         match w
-            .retrying("claiming rows", || {
-                w.store.claim(cfg.batch_size, cfg.lease())
-            })
+            .retrying("claiming rows", || w.store.claim(n, cfg.lease()))
             .await
         {
             Ok(b) => Some(b),

@@ -49,7 +49,7 @@ impl Pipeline<'_> {
             p: self,
             rx,
             out,
-            slots: Arc::new(Semaphore::new(concurrency)),
+            slots: self.slots.clone(),
             concurrency,
             chunk: concurrency.max(16),
             max_age: cfg.optout_recheck(),
@@ -220,6 +220,7 @@ impl Gate<'_, '_> {
             recorder: w.recorder.clone(),
             out: self.out.clone(),
             until: self.p.requests_end,
+            stop: self.p.stop.clone(),
         };
         let task = tokio::spawn(send.run(claim_id, row, permit));
         if probe {

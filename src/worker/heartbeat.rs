@@ -11,10 +11,11 @@
 //! beat, and then simply try again at it.
 
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use super::pipeline::Pipeline;
 use crate::metrics as m;
+use crate::rate::FleetView;
 use crate::report::StopReason;
 use crate::store::campaigns::{self, CampaignSettings};
 use crate::store::connect::error_text;
@@ -73,11 +74,20 @@ impl Pipeline<'_> {
         let mut tick = tokio::time::interval(poll);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let store = &self.w.store;
+        let mut fleet = self.w.signals.view();
+        // The pass started from the key's state as it was: only a change stops it.
+        fleet.mark_unchanged();
+        tick.tick().await;
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
+                _ = fleet.changed() => {}
                 _ = self.stop.stopped() => return,
                 _ = done.cancelled() => return,
+            }
+            if let Some(reason) = self.fleet_stops(&fleet.borrow_and_update()) {
+                self.stop.stop(reason);
+                return;
             }
             let settings = retrying(poll, "reading the campaign's settings", || {
                 campaigns::settings(store.pool(), store.campaign_id())
@@ -96,6 +106,21 @@ impl Pipeline<'_> {
                 }
             }
         }
+    }
+
+    /// Whether the limit key stops this pass, as the coordinator's last round saw it: the
+    /// provider refused the account or the endpoint (this pod's answer or another's), or the
+    /// daily quota has nothing left for this pod.
+    fn fleet_stops(&self, v: &FleetView) -> Option<StopReason> {
+        if let Some((status, refusal)) = v.refused {
+            error!(worker = %self.w.name, status, "{}; stopping: in-flight requests finish, the rest is released", refusal.advice(status));
+            return Some(StopReason::AccountRefused);
+        }
+        if v.quota_full {
+            warn!(worker = %self.w.name, "the daily quota (MAIL_DAILY_QUOTA) is used up; stopping until it frees");
+            return Some(StopReason::QuotaExhausted);
+        }
+        None
     }
 
     /// Whether the settings stop this pass: paused, or outside the send window.

@@ -1,8 +1,9 @@
 //! How a worker lives: [`Worker::run`] (a Job's pod: until done, its time is up — `DEADLINE_S`
-//! from the Job's start, or the send window's close — the failure budget, a pause or SIGTERM),
-//! [`Worker::serve`] (a Deployment's pod: pass after pass, idling between them — done, paused,
-//! or outside the send window — without a share of the rate limit), and [`Worker::step`] (one
-//! batch, for tests and tools that drive the queue step by step instead of sleeping).
+//! from the Job's start, or the send window's close — the failure budget, a pause, the provider
+//! refusing the account, the daily quota, or SIGTERM), [`Worker::serve`] (a Deployment's pod:
+//! pass after pass, idling between them — `idle.rs` — without a share of the rate limit), and
+//! [`Worker::step`] (one batch, for tests and tools that drive the queue step by step instead
+//! of sleeping).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use super::pipeline::{Pipeline, REQUEST_GRACE};
 use super::{RunError, Step, Worker};
@@ -47,7 +48,7 @@ impl End {
 }
 
 /// The local instant of a wall-clock one (now if it is past).
-fn instant_of(t: DateTime<Utc>) -> Instant {
+pub(super) fn instant_of(t: DateTime<Utc>) -> Instant {
     Instant::now() + (t - Utc::now()).to_std().unwrap_or_default()
 }
 
@@ -143,79 +144,13 @@ impl Worker {
                 // restart, wait).
                 StopReason::Paused => self.idle_while_paused(cancel).await?,
                 StopReason::WindowClosed => self.idle_while_closed(cancel).await?,
+                StopReason::AccountRefused | StopReason::QuotaExhausted => {
+                    self.idle_while_account_stops(cancel).await?
+                }
                 _ => return Ok(report),
             };
             if !resumed {
                 return Ok(report.stopped_by_signal());
-            }
-        }
-    }
-
-    /// Waits until the campaign is resumed (true) or `cancel` fires (false).
-    async fn idle_while_paused(&self, cancel: &CancellationToken) -> Result<bool, RunError> {
-        info!(worker = %self.name, "campaign paused; idling until `campaign-sender resume`");
-        self.signals.set_busy(false);
-        loop {
-            tokio::select! {
-                _ = cancel.cancelled() => return Ok(false),
-                _ = tokio::time::sleep(self.cfg.pause_poll()) => {}
-            }
-            let pause = self
-                .retrying("reading the campaign's pause", || {
-                    campaigns::paused(self.store.pool(), self.store.campaign_id())
-                })
-                .await?;
-            if pause.is_none() {
-                info!(worker = %self.name, "campaign resumed");
-                return Ok(true);
-            }
-        }
-    }
-
-    /// Waits until the campaign's send window opens (true) or `cancel` fires (false), holding no
-    /// share of the fleet's limit meanwhile. Looks at the settings at least once a minute, so a
-    /// window an operator changes meanwhile is seen.
-    async fn idle_while_closed(&self, cancel: &CancellationToken) -> Result<bool, RunError> {
-        self.signals.set_busy(false);
-        loop {
-            let settings = self
-                .retrying("reading the campaign's settings", || {
-                    campaigns::settings(self.store.pool(), self.store.campaign_id())
-                })
-                .await?;
-            let opens_at = match settings.window.map(|w| w.state_at(Utc::now())) {
-                Some(WindowState::Closed { opens_at }) => opens_at,
-                _ => {
-                    info!(worker = %self.name, "send window open");
-                    return Ok(true);
-                }
-            };
-            m::window_open(false);
-            let wake = instant_of(opens_at).min(Instant::now() + Duration::from_secs(60));
-            tokio::select! {
-                _ = cancel.cancelled() => return Ok(false),
-                _ = tokio::time::sleep_until(wake) => {}
-            }
-        }
-    }
-
-    /// Waits until the campaign has work again (true) or `cancel` fires (false), holding no
-    /// share of the fleet's limit meanwhile.
-    async fn idle_until_work(&self, cancel: &CancellationToken) -> Result<bool, RunError> {
-        // Said here, not only by the claimer: it judged "busy" from the rows it held just
-        // before it found nothing left, and the last of them may have been written in between.
-        self.signals.set_busy(false);
-        loop {
-            tokio::select! {
-                _ = cancel.cancelled() => return Ok(false),
-                _ = tokio::time::sleep(self.cfg.idle_poll()) => {}
-            }
-            let rem = self
-                .retrying("counting what is left", || self.store.remaining())
-                .await?;
-            m::backlog(&rem, None);
-            if rem.total() > 0 {
-                return Ok(true);
             }
         }
     }
@@ -247,6 +182,9 @@ impl Worker {
                   reason = pause.reason.as_deref().unwrap_or(""),
                   "campaign is paused; nothing sent. `campaign-sender resume --campaign …` lifts it");
             return Ok(report(StopReason::Paused, start.counts.clone()));
+        }
+        if let Some(reason) = self.account_stops().await {
+            return Ok(report(reason, start.counts.clone()));
         }
         let end = match self.end_of_pass(&start.settings, deadline) {
             Ok(end) => end,
@@ -303,6 +241,22 @@ impl Worker {
             Some(e) if e.at <= Instant::now() => Err(e.reason),
             _ => Ok(end),
         }
+    }
+
+    /// Whether the provider account lets this pass send at all, as the coordinator's first
+    /// round saw the key: a refusal recorded (until `resume`), or a daily quota with nothing
+    /// left. Said in the log with what to do.
+    async fn account_stops(&self) -> Option<StopReason> {
+        let v = self.signals.known_view(self.cfg.rate_share_ttl()).await;
+        if let Some((status, refusal)) = v.refused {
+            error!(worker = %self.name, status, "{}; nothing sent", refusal.advice(status));
+            return Some(StopReason::AccountRefused);
+        }
+        if v.quota_full {
+            warn!(worker = %self.name, "the daily quota (MAIL_DAILY_QUOTA) is used up; nothing sent until it frees");
+            return Some(StopReason::QuotaExhausted);
+        }
+        None
     }
 
     /// The campaign's settings, its size and its failure budget at the start of a pass.

@@ -39,6 +39,7 @@ mod claim;
 mod finish;
 mod gate;
 mod heartbeat;
+mod idle;
 mod lifecycle;
 mod pipeline;
 mod recorder;
@@ -117,6 +118,7 @@ impl Worker {
                 ttl: cfg.rate_share_ttl(),
                 sync: cfg.rate_sync(),
                 retry_after_cap: Duration::from_secs(cfg.retry_after_max_s),
+                daily_quota: cfg.mail_daily_quota,
             },
             pacer.clone(),
         );

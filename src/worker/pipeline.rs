@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -15,6 +15,12 @@ use super::Worker;
 use crate::config::RunConfig;
 use crate::outcome::Resolution;
 use crate::store::Remaining;
+
+/// How much of its own share a pod keeps claimed ahead of its sends ([`Pipeline::low_water`]).
+pub(super) const HOLD: std::time::Duration = std::time::Duration::from_millis(500);
+/// The smallest claim: what a pod without a share yet (starting, or back from idle) claims, so
+/// that it has work and asks the fleet for a share.
+pub(super) const MIN_CLAIM: usize = 16;
 
 /// How long a request may still run after the pass's time is up (the send window closed, the
 /// deadline passed): the pod exits within this, plus the final write, of the end.
@@ -58,6 +64,8 @@ pub(super) struct Pipeline<'a> {
     pub(super) room_wanted: AtomicBool,
     /// Rows claimed in this pass.
     pub(super) claimed: AtomicUsize,
+    /// `SEND_CONCURRENCY` send slots: a request holds one until its result is handed on.
+    pub(super) slots: Arc<Semaphore>,
 }
 
 impl<'a> Pipeline<'a> {
@@ -80,6 +88,7 @@ impl<'a> Pipeline<'a> {
             room: Notify::new(),
             room_wanted: AtomicBool::new(false),
             claimed: AtomicUsize::new(0),
+            slots: Arc::new(Semaphore::new(w.cfg.send_concurrency as usize)),
         }
     }
 
@@ -87,14 +96,19 @@ impl<'a> Pipeline<'a> {
         &self.w.cfg
     }
 
-    /// Claim only when fewer rows than about half a second of work (and at least enough to keep
-    /// every send slot busy), capped at one batch, are held — unsent, in flight or unwritten.
+    /// Claim only when fewer rows than this are held — unsent, in flight or unwritten: about
+    /// [`HOLD`] of this pod's own share of the fleet's limit (not the limit: 8 pods sharing 500/s
+    /// hold 62.5/s worth each, so at the end no pod is left with seconds of work while the others
+    /// idle), plus what is in flight now, at least [`MIN_CLAIM`], at most `BATCH_SIZE`. Each
+    /// claim takes this many rows, so a pod holds fewer than twice this.
     pub(super) fn low_water(&self) -> usize {
         let c = self.cfg();
-        (c.send_concurrency as usize)
-            .max(c.mail_rate_per_s as usize / 2)
-            .min(c.batch_size as usize)
-            .max(1)
+        let share = self.w.pacer.rate();
+        let in_flight =
+            (c.send_concurrency as usize).saturating_sub(self.slots.available_permits());
+        let batch = c.batch_size as usize;
+        ((share * HOLD.as_secs_f64()).ceil() as usize + in_flight)
+            .clamp(MIN_CLAIM.min(batch), batch)
     }
 
     /// Runs all stages to completion. Returns the remaining work when a one-batch step found

@@ -5,21 +5,25 @@
 //!   pauses the fleet at its next round ([`crate::rate`]);
 //! - no connection at all (refused, DNS, TLS): the provider is unreachable ([`Reachability`]),
 //!   the pod pauses and the gate sends one probe at a time; the row is deferred without
-//!   spending an attempt.
+//!   spending an attempt;
+//! - a refusal of the account or the endpoint stops the pass at once and, through the
+//!   coordinator, every pod of the key; the row is released with its attempt given back.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 use uuid::Uuid;
 
 use super::pipeline::Settled;
 use super::recorder::Recorder;
+use super::shutdown::Stop;
 use crate::outcome::{resolve, unreachable_pause, Attempt, ErrorClass, Resolution, RetryPolicy};
 use crate::provider::Provider;
 use crate::rate::{Pacer, Signals, DEFAULT_PAUSE};
+use crate::report::StopReason;
 use crate::store::ClaimedRow;
 
 /// Everything a send task needs (cheap clones of the worker's parts).
@@ -34,6 +38,8 @@ pub(super) struct SendTask {
     pub(super) out: mpsc::UnboundedSender<Settled>,
     /// No request runs past this (the pass's end plus its grace).
     pub(super) until: Option<Instant>,
+    /// The pass's stop: a refusal stops it at once.
+    pub(super) stop: Arc<Stop>,
 }
 
 impl SendTask {
@@ -54,6 +60,7 @@ impl SendTask {
         self.recorder.request(t0.elapsed(), &attempt);
         let pause = self.unreachable_pause(&attempt);
         self.on_throttled(&attempt);
+        self.on_refused(&attempt);
         let mut res = resolve(
             attempt,
             row.attempt.max(1) as u32,
@@ -96,6 +103,25 @@ impl SendTask {
             self.pacer
                 .pause_until(Instant::now() + ra.unwrap_or(DEFAULT_PAUSE));
             self.signals.throttled(ra);
+        }
+    }
+}
+
+impl SendTask {
+    /// The account or the endpoint is refused: no send starts here any more (this pass stops
+    /// now), and the coordinator records it for every pod of the key at once. The row is
+    /// released by [`crate::outcome::resolve`].
+    fn on_refused(&self, attempt: &Attempt) {
+        if let Attempt::Refused { status, refusal } = attempt {
+            if !self.stop.is_stopped() {
+                error!(
+                    status,
+                    "{}; stopping every pod of the limit key, no row is failed",
+                    refusal.advice(*status)
+                );
+            }
+            self.signals.refused(*status, *refusal);
+            self.stop.stop(StopReason::AccountRefused);
         }
     }
 }

@@ -4,6 +4,7 @@
 
 mod helpers;
 
+mod account;
 mod claim;
 mod e2e;
 mod exit_codes;

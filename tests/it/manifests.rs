@@ -103,10 +103,15 @@ fn the_pod_failure_policy_fails_the_job_on_exactly_the_codes_a_person_must_act_o
         .flat_map(|r| r["onExitCodes"]["values"].as_sequence().unwrap().clone())
         .map(|v| v.as_i64().unwrap())
         .collect();
-    let expected: BTreeSet<i64> = [exit::TOO_MANY_FAILURES, exit::PAUSED, exit::CONFIG]
-        .iter()
-        .map(|c| *c as i64)
-        .collect();
+    let expected: BTreeSet<i64> = [
+        exit::TOO_MANY_FAILURES,
+        exit::PAUSED,
+        exit::ACCOUNT_REFUSED,
+        exit::CONFIG,
+    ]
+    .iter()
+    .map(|c| *c as i64)
+    .collect();
     assert_eq!(fail, expected);
     // Retryable codes are not in it: a retry of the index continues the campaign.
     for code in [exit::INCOMPLETE, exit::DATABASE_UNAVAILABLE] {

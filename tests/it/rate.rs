@@ -4,9 +4,10 @@
 use std::time::Duration;
 
 use campaign_sender::rate::plan::DECREASE_FACTOR;
+use campaign_sender::rate::plan::HANDOVER;
 use campaign_sender::rate::Pacer;
 use campaign_sender::rate::{Coordinator, CoordinatorSettings, Signals};
-use campaign_sender::store::rate::{limits_of_campaign, members};
+use campaign_sender::store::account::{keys_of_campaign, members};
 use fake_provider::{ChaosKind, ChaosRequest, FakeConfig};
 use sqlx::PgPool;
 use tokio::time::Instant;
@@ -37,6 +38,7 @@ fn pod(pool: &PgPool, name: &str) -> Pod {
             ttl: TTL,
             sync: SYNC,
             retry_after_cap: Duration::from_secs(600),
+            daily_quota: None,
         },
         pacer.clone(),
     );
@@ -67,7 +69,9 @@ fn near(a: f64, b: f64) -> bool {
 }
 
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
-async fn a_joining_pod_gets_capacity_only_a_second_after_the_others_gave_it_up(pool: PgPool) {
+async fn a_joining_pod_gets_capacity_only_after_the_handover_since_the_others_gave_it_up(
+    pool: PgPool,
+) {
     let a = pod(&pool, "a");
     until(
         Duration::from_secs(5),
@@ -84,7 +88,7 @@ async fn a_joining_pod_gets_capacity_only_a_second_after_the_others_gave_it_up(p
     })
     .await;
     // Meanwhile the sum of the rates in force never exceeds the limit, and b gets nothing
-    // until a's old rate has been out of force for a second.
+    // until a's old rate has been out of force for the handover.
     let mut b_started = None;
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(3) {
@@ -97,7 +101,7 @@ async fn a_joining_pod_gets_capacity_only_a_second_after_the_others_gave_it_up(p
     }
     let b_started = b_started.expect("b never got a share");
     assert!(
-        b_started.duration_since(lowered) >= Duration::from_millis(950),
+        b_started.duration_since(lowered) >= HANDOVER - Duration::from_millis(50),
         "b got capacity {:?} after a lowered",
         b_started.duration_since(lowered)
     );
@@ -108,7 +112,7 @@ async fn a_joining_pod_gets_capacity_only_a_second_after_the_others_gave_it_up(p
 }
 
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
-async fn a_crashed_pods_share_returns_only_after_its_ttl_and_the_handover_second(pool: PgPool) {
+async fn a_crashed_pods_share_returns_only_after_its_ttl_and_the_handover(pool: PgPool) {
     let a = pod(&pool, "a");
     let b = pod(&pool, "b");
     until(Duration::from_secs(5), "an even split", || {
@@ -124,19 +128,19 @@ async fn a_crashed_pods_share_returns_only_after_its_ttl_and_the_handover_second
     .await;
     let took = whole.duration_since(crashed);
     // a's last renewal was at most SYNC before the crash: its share expires ≥ TTL − SYNC later,
-    // and is committed for one more second.
+    // and is committed for the handover after that.
     assert!(
-        took >= TTL - SYNC + Duration::from_millis(950),
+        took >= TTL - SYNC + HANDOVER - Duration::from_millis(50),
         "capacity handed over after only {took:?}"
     );
-    // Liveness, not the rule: the capacity does come back (TTL + the handover second + a round,
-    // with room for a loaded machine's late rounds).
+    // Liveness, not the rule: the capacity does come back (TTL + the handover + a round, with
+    // room for a loaded machine's late rounds).
     assert!(took <= TTL + Duration::from_millis(4000), "took {took:?}");
     drop(b.task);
 }
 
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
-async fn a_leaving_pod_stops_at_once_and_frees_its_share_a_second_later(pool: PgPool) {
+async fn a_leaving_pod_stops_at_once_and_frees_its_share_after_the_handover(pool: PgPool) {
     let a = pod(&pool, "a");
     let b = pod(&pool, "b");
     until(Duration::from_secs(5), "an even split", || {
@@ -153,10 +157,10 @@ async fn a_leaving_pod_stops_at_once_and_frees_its_share_a_second_later(pool: Pg
     .await;
     let took = whole.duration_since(left);
     assert!(
-        took >= Duration::from_millis(950),
+        took >= HANDOVER - Duration::from_millis(50),
         "handed over after {took:?}"
     );
-    // Liveness, not the rule: handed over at all (the second plus a round, with room for a
+    // Liveness, not the rule: handed over at all (the handover plus a round, with room for a
     // loaded machine's late rounds).
     assert!(took <= Duration::from_millis(4000), "took {took:?}");
     drop(b.task);
@@ -171,7 +175,7 @@ async fn a_429_seen_by_one_pod_pauses_every_pod_of_the_key_and_cuts_the_limit(po
     })
     .await;
     let paused_for_status = || async {
-        let keys = limits_of_campaign(&pool, CAMPAIGN).await.unwrap();
+        let keys = keys_of_campaign(&pool, CAMPAIGN).await.unwrap();
         assert_eq!(keys.len(), 1, "{keys:?}");
         keys[0].paused_for_s
     };
@@ -395,7 +399,7 @@ async fn a_429_pauses_its_own_pod_at_once_even_when_the_fleet_cannot_be_told(poo
         kind: ChaosKind::Storm429,
         seconds: 0.5,
         retry_after_s: 2,
-        stall_ms: 0,
+        ..Default::default()
     });
     // A fixed stretch for an absence (no delivery inside the Retry-After): a loaded machine can
     // only deliver less in it, never more. The first 429 comes within the 0.5-s storm, so its

@@ -186,12 +186,12 @@ async fn a_worker_never_holds_more_than_a_batch_plus_the_low_water_mark(pool: Pg
     );
 }
 
-/// The claimer keeps about half a second of work (at MAIL_RATE_PER_S) claimed ahead of the
-/// sends, even when SEND_CONCURRENCY is small — and no more: here low_water = min(max(16,
-/// 300 / 2), 200) = 150, so the next batch of 200 is claimed once fewer than 150 rows are held
-/// (most held: 349). A pod that claimed only when fewer than SEND_CONCURRENCY rows were left
-/// would let its sends run dry at every batch boundary (most held ~215); one that kept a whole
-/// batch ahead would hold up to 399, more than a SIGKILL should leave for a lease to return.
+/// The claimer keeps about half a second of work (at the pod's share, here the whole 300/s)
+/// claimed ahead of the sends, even when SEND_CONCURRENCY is small — and no more: low_water =
+/// 150 + what is in flight (≤ 16), and each claim takes that many, so at most ~330 are held. A
+/// pod that claimed only when fewer than SEND_CONCURRENCY rows were left would let its sends
+/// run dry at every batch boundary (most held ~215); one that kept a whole batch ahead would
+/// hold up to 399, more than a SIGKILL should leave for a lease to return.
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn a_worker_keeps_half_a_second_of_work_claimed_ahead_of_its_sends(pool: PgPool) {
     const N: i64 = 1000;
@@ -208,6 +208,54 @@ async fn a_worker_keeps_half_a_second_of_work_claimed_ahead_of_its_sends(pool: P
         "never more than {max} rows held: the next batch waited for the last one to drain"
     );
     assert!(max < 200 + 150, "held {max}, over BATCH_SIZE + low_water");
+}
+
+/// Pods sharing a limit claim by their own share, not by the fleet's limit: two pods at 200/s
+/// each hold about half a second of 200/s (low_water ~100), not of 400/s. Sized by the limit,
+/// each would hold up to a whole batch more, and at the end of a campaign a few pods would be
+/// left with seconds of work while the others idle (the 8-pod tail).
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_pod_claims_by_its_own_share_not_the_fleets_limit(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 6000).await;
+    let p = slow_provider(20).await;
+    let cancel = CancellationToken::new();
+    let mut runs = Vec::new();
+    for name in ["pod-a", "pod-b"] {
+        let mut cfg = config(&p.url);
+        cfg.worker_id = Some(name.into());
+        cfg.mail_rate_per_s = 400;
+        cfg.batch_size = 200;
+        let w = worker(&pool, cfg).await;
+        let cancel = cancel.clone();
+        runs.push(tokio::spawn(async move { w.run(cancel).await }));
+    }
+    // Settled: both pods hold a share (the first alone briefly had the whole limit).
+    until_stats(&p, Duration::from_secs(30), "both sending", |s| {
+        s.delivered >= 600
+    })
+    .await;
+    let mut max = 0i64;
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_millis(2000) {
+        let n: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM campaign_targets WHERE state = 'sending'")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        max = max.max(n);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    cancel.cancel();
+    for r in runs {
+        r.await.unwrap().unwrap();
+    }
+    // Each pod: fewer than twice low_water (~100 + in flight) rows; sized by the limit (200),
+    // each would hold up to 400.
+    assert!(
+        max < 460,
+        "the two pods held {max} rows: claims sized by the fleet's limit"
+    );
+    assert!(max > 100, "held only {max}: no claim ahead");
 }
 
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]

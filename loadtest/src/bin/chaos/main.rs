@@ -10,7 +10,7 @@
 //! | scenario | what happens |
 //! |---|---|
 //! | `kill` | every ~5 s a random worker gets SIGKILL; it is started again 1 s later (as a Job's pod would be) |
-//! | `pg-restart` | PostgreSQL is stopped (fast) for 5 s, and again for 2 s, then started |
+//! | `pg-restart` | PostgreSQL is stopped (fast) for `--pg-down-s` (8 s), and again for 2 s, then started; how soon after each return the fleet is at 95 % of the limit again is reported |
 //! | `blackhole` | worker 0's database connection stops moving bytes for 3 × `LEASE_S`, then resumes (its held writes arrive late) |
 //! | `provider` | a 429 storm with `Retry-After`, a 5xx burst, a stall past the read timeout, and connection resets |
 //! | `scale` | 1 worker, then one more every 3 s up to 8, then SIGTERM one every 3 s down to 1 |
@@ -87,6 +87,9 @@ pub struct Args {
     /// Opt-outs committed at each of three moments (half on waiting rows, half on rows in flight).
     #[arg(long, default_value_t = 100)]
     optouts: i64,
+    /// How long PostgreSQL stays down in `pg-restart`'s first restart (the second is 2 s).
+    #[arg(long, default_value_t = 8.0)]
+    pub pg_down_s: f64,
     /// Seed for the random choices (which worker is killed, when).
     #[arg(long, default_value_t = 7)]
     seed: u64,

@@ -77,7 +77,10 @@ impl Spawner {
             .env("BACKOFF_BASE_MS", "500")
             .env("DEADLINE_S", self.deadline_s.to_string())
             .env("LOG_FORMAT", "json")
-            .env("RUST_LOG", "warn")
+            .env(
+                "RUST_LOG",
+                std::env::var("CHAOS_WORKER_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(log)?)
             .spawn()
@@ -124,6 +127,8 @@ pub struct Play {
     /// Opted-out members, and the Unix ms by which each opt-out had committed.
     pub optouts: Vec<(Vec<i64>, u64)>,
     pub pg_back: Vec<Instant>,
+    /// The same, in Unix ms (to compare with the provider's arrival times).
+    pub pg_back_ms: Vec<u64>,
     pub started: Instant,
     pub timed_out: bool,
 }
@@ -159,6 +164,7 @@ impl Play {
             dup_bound_rows: 0,
             optouts: Vec::new(),
             pg_back: Vec::new(),
+            pg_back_ms: Vec::new(),
             started: Instant::now(),
             timed_out: false,
         })
@@ -302,6 +308,7 @@ impl Play {
             self.levers.pg.as_ref().expect("set").start()?;
             self.pg_start_at = None;
             self.pg_back.push(Instant::now());
+            self.pg_back_ms.push(unix_ms());
             eprintln!("  t={:.1}s PostgreSQL back", self.at(Instant::now()));
         }
         if self.blackhole_end.is_some_and(|d| now >= d) {

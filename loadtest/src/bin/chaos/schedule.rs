@@ -32,6 +32,7 @@ fn chaos(kind: ChaosKind, seconds: f64) -> Ev {
         seconds,
         retry_after_s: 2,
         stall_ms: READ_TIMEOUT_MS + 2000,
+        ..Default::default()
     })
 }
 
@@ -59,7 +60,7 @@ pub fn schedule(a: &Args, rng: &mut impl Rng) -> anyhow::Result<(usize, Vec<(f64
             a.workers
         }
         "pg-restart" => {
-            ev.push((20.0, Ev::PgRestart(5.0)));
+            ev.push((20.0, Ev::PgRestart(a.pg_down_s)));
             ev.push((55.0, Ev::PgRestart(2.0)));
             a.workers
         }

@@ -207,6 +207,8 @@ pub async fn judge(
         "stale_writes_fenced": stale_writes(&play.procs, false),
         "stale_writes_fenced_worker_0": fenced_0,
         "pg_back_at_s": play.pg_back.iter().map(|t| play.at(*t)).collect::<Vec<_>>(),
+        "at_95pct_after_pg_back_s": back_to_limit(&play.pg_back_ms, &deliveries, a.provider_rate),
+        "first_deliveries_per_250ms_after_pg_back": climb(&play.pg_back_ms, &deliveries),
         "exit_codes": play.procs.iter().map(|p| json!([p.index, p.signalled, p.code])).collect::<Vec<_>>(),
         "bad_exits": bad_exits,
         "checks_failed": failed,
@@ -222,6 +224,47 @@ pub async fn judge(
         if failed.is_empty() { "all pass".to_string() } else { format!("FAILED: {}", failed.join("; ")) },
     );
     Ok(failed)
+}
+
+/// For each time PostgreSQL came back (Unix ms): seconds until the first one-second window in
+/// which the provider received ≥ 95 % of the limit began (0: the window starting at the return
+/// was already full; "within 2 s" is ≤ 1). `None` if it never was (the campaign ran out).
+fn back_to_limit(backs_ms: &[u64], deliveries: &[Delivery], limit: f64) -> Vec<Option<f64>> {
+    let mut t: Vec<u64> = deliveries.iter().map(|d| d.first_ms).collect();
+    t.sort_unstable();
+    let need = (0.95 * limit).ceil() as usize;
+    backs_ms
+        .iter()
+        .map(|back| {
+            let from = t.partition_point(|x| x < back);
+            // The window [x, x + 1 s) for x = back, then each arrival after it.
+            let in_window =
+                |x: u64| t.partition_point(|y| *y < x + 1000) - t.partition_point(|y| *y < x);
+            std::iter::once(*back)
+                .chain(t[from..].iter().copied())
+                .find(|x| in_window(*x) >= need)
+                .map(|x| ((x - back) as f64 / 100.0).round() / 10.0)
+        })
+        .collect()
+}
+
+/// For each time PostgreSQL came back: first deliveries in each quarter second of the 4 s
+/// after it (the climb back; 125 per quarter is 500/s).
+fn climb(backs_ms: &[u64], deliveries: &[Delivery]) -> Vec<Vec<usize>> {
+    backs_ms
+        .iter()
+        .map(|back| {
+            (0..16u64)
+                .map(|q| {
+                    let (from, to) = (back + q * 250, back + (q + 1) * 250);
+                    deliveries
+                        .iter()
+                        .filter(|d| (from..to).contains(&d.first_ms))
+                        .count()
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// `3×0 2×killed 1×1`: how the workers ended.

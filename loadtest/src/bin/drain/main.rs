@@ -17,6 +17,7 @@
 
 mod chart;
 mod fleet;
+mod shape;
 mod summary;
 
 use std::path::PathBuf;

@@ -4,11 +4,12 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use fake_provider::{Stats, TimelinePoint};
+use fake_provider::{Delivery, Stats, TimelinePoint};
 use serde_json::json;
 use sqlx::PgPool;
 
 use super::fleet::Run;
+use super::shape::{shape, Shape};
 use super::{Args, CAMPAIGN};
 
 /// What the provider and the database say after the run.
@@ -18,6 +19,8 @@ pub struct Results {
     pub per_second: Vec<TimelinePoint>,
     pub states: Vec<(String, i64)>,
     pub events: Vec<serde_json::Value>,
+    /// Start ramp, steady rate and tail from every arrival (limited provider, ≤ 300 000 targets).
+    pub shape: Option<Shape>,
 }
 
 impl Results {
@@ -42,11 +45,24 @@ impl Results {
         .fetch_all(pool)
         .await?;
         let events = event_report(a, run, &per_second);
+        let shape = if a.provider_rate > 0.0 && a.targets <= 300_000 {
+            let deliveries: Vec<Delivery> = http
+                .get(format!("{base}/deliveries"))
+                .send()
+                .await?
+                .json()
+                .await?;
+            let arrivals: Vec<u64> = deliveries.iter().map(|d| d.first_ms).collect();
+            shape(&arrivals, a.provider_rate)
+        } else {
+            None
+        };
         Ok(Self {
             stats,
             per_second,
             states,
             events,
+            shape,
         })
     }
 }
@@ -167,6 +183,10 @@ pub fn report(a: &Args, run: &Run, r: &Results, ceiling: f64, logdir: &Path) -> 
         ("elapsed", format!("{:.1} s", run.elapsed)),
         ("delivered per second", format!("{steady:.0} steady (10–90 % of the run); the database's own ceiling here: {} rows/s", n(ceiling as u64))),
         ("most accepted in 1 s", format!("{}{limit}", n(s.max_accepted_in_1s))),
+        ("start ramp, tail", match r.shape {
+            Some(sh) => format!("{:.1} s, {:.1} s (below 95 % of the limit; arrivals: {}/s steady)", sh.start_ramp_s, sh.tail_s, sh.steady_per_s),
+            None => "–".into(),
+        }),
         ("requests", n(s.requests)),
         ("delivered", n(s.delivered)),
         ("429 answers", n(s.throttled_429)),
@@ -247,6 +267,7 @@ fn print_json(
         "duplicates_suppressed": s.duplicates_suppressed,
         "members_delivered_more_than_once": s.members_delivered_more_than_once,
         "max_accepted_in_1s": s.max_accepted_in_1s,
+        "shape": r.shape,
         // Provider seconds (since it started) in which it answered 429, with how many.
         "throttled_at_s": throttled_at,
         "final_states": r.states.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>(),
