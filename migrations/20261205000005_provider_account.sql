@@ -25,6 +25,7 @@ BEGIN
         AND (refused_at IS NULL) = (refused_kind IS NULL)
         AND refused_kind IN ('account', 'endpoint'));
     ALTER TABLE rate_limits ADD CONSTRAINT rate_limits_override_check CHECK (override_per_s > 0);
+    ALTER TABLE rate_limits ADD CONSTRAINT rate_limits_base_check CHECK (base_per_s > 0);
     ALTER TABLE rate_limits ADD CONSTRAINT rate_limits_quota_check CHECK (daily_quota > 0);
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;

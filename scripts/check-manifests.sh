@@ -5,7 +5,9 @@
 #     rejects misspelt fields; the example Secret is validated too);
 #  3. KEDA and Prometheus Operator objects validate against their upstream CRDs
 #     (../shared/crds, unknown fields rejected: scripts/validate-crds.py);
-#  4. the PrometheusRule expressions parse (`promtool check rules`).
+#  4. the PrometheusRule expressions parse (`promtool check rules`) and each alert fires when it
+#     should and stays silent when it should not (`promtool test rules`,
+#     monitoring/tests/alerts.test.yaml).
 # The contracts between manifests and code (variables, exit codes, ports, metric names) are
 # tests in tests/it/manifests.rs. Installs kubernetes-validate (PyPI) and promtool (Debian's
 # prometheus package) when missing.
@@ -39,8 +41,8 @@ for dir in overlays/indexed-job overlays/cronjob overlays/cadence-nightly-window
   kubernetes-validate -k "$k8s_version" --strict --quiet "$out" || status=1
   python3 scripts/validate-crds.py "$crds" <"$out" || status=1
 done
-echo "== base/secret.example.yaml"
-kubernetes-validate -k "$k8s_version" --strict --quiet manifests/base/secret.example.yaml || status=1
+echo "== base/secret.yaml.example"
+kubernetes-validate -k "$k8s_version" --strict --quiet manifests/base/secret.yaml.example || status=1
 
 echo "== promtool check rules"
 python3 - "$tmp/rules.yaml" <<'PY'
@@ -49,5 +51,20 @@ rule = yaml.safe_load(open("manifests/monitoring/prometheusrule.yaml"))
 yaml.safe_dump({"groups": rule["spec"]["groups"]}, open(sys.argv[1], "w"))
 PY
 promtool check rules "$tmp/rules.yaml" || status=1
+
+echo "== promtool test rules"
+# The alerts' firing and silence (monitoring/tests/alerts.test.yaml), against the same groups
+# without their annotations (the tests are about when an alert fires, not its wording).
+mkdir "$tmp/test"
+cp manifests/monitoring/tests/alerts.test.yaml "$tmp/test/"
+python3 - "$tmp/test/rules.yaml" <<'PY'
+import sys, yaml
+rule = yaml.safe_load(open("manifests/monitoring/prometheusrule.yaml"))
+for group in rule["spec"]["groups"]:
+    for r in group["rules"]:
+        r.pop("annotations", None)
+yaml.safe_dump({"groups": rule["spec"]["groups"]}, open(sys.argv[1], "w"))
+PY
+(cd "$tmp/test" && promtool test rules alerts.test.yaml) || status=1
 [ "$status" = 0 ] && echo "check-manifests: all valid" || echo "check-manifests: FAILED" >&2
 exit "$status"

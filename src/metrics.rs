@@ -53,6 +53,10 @@ pub const BACKLOG_ROWS: &str = "campaign_sender_backlog_rows";
 /// 1 while the campaign's send window is open (or it has none), 0 while it is closed: what the
 /// no-progress alert leaves alone.
 pub const SEND_WINDOW_OPEN: &str = "campaign_sender_send_window_open";
+/// 1 while the campaign is paused (the kill switch, by an operator or automatically), 0
+/// otherwise: the backlog gauges are not refreshed while paused, so the no-progress alert
+/// leaves a paused campaign alone by this.
+pub const CAMPAIGN_PAUSED: &str = "campaign_sender_campaign_paused";
 /// 1 while the provider refuses the limit key's account or endpoint (until `resume`).
 pub const ACCOUNT_REFUSED: &str = "campaign_sender_account_refused";
 /// Requests used or granted of the daily quota in the last 24 h, and the quota, as this pod's
@@ -82,6 +86,7 @@ pub const ALL: &[&str] = &[
     RESULT_WRITES_FAILED_TOTAL,
     BACKLOG_ROWS,
     SEND_WINDOW_OPEN,
+    CAMPAIGN_PAUSED,
     ACCOUNT_REFUSED,
     QUOTA_USED,
     QUOTA_LIMIT,
@@ -204,6 +209,10 @@ pub fn account_refused(refused: bool) {
 pub fn quota(used: i64, daily: i64) {
     gauge!(QUOTA_USED).set(used as f64);
     gauge!(QUOTA_LIMIT).set(daily as f64);
+}
+
+pub fn campaign_paused(paused: bool) {
+    gauge!(CAMPAIGN_PAUSED).set(if paused { 1.0 } else { 0.0 });
 }
 
 pub fn window_open(open: bool) {

@@ -359,6 +359,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_refusal_reads_back_as_stored_and_tells_what_to_check() {
+        for r in [Refusal::Account, Refusal::Endpoint] {
+            assert_eq!(Refusal::parse(r.as_str()), Some(r));
+        }
+        assert_eq!(Refusal::parse("recipient"), None);
+        let account = Refusal::Account.advice(401);
+        assert!(
+            account.contains("401") && account.contains("MAIL_API_KEY"),
+            "{account}"
+        );
+        let endpoint = Refusal::Endpoint.advice(404);
+        assert!(
+            endpoint.contains("404") && endpoint.contains("MAIL_URL"),
+            "{endpoint}"
+        );
+        for advice in [account, endpoint] {
+            assert!(advice.contains("campaign-sender resume"), "{advice}");
+        }
+    }
+
+    #[test]
     fn the_failure_threshold_is_checked_at_once_when_own_failures_could_cross_it() {
         let ms = Duration::from_millis;
         // 10 failed, budget 10: one more crosses it — checked at once, whenever the last was.

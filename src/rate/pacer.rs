@@ -404,6 +404,51 @@ mod tests {
         assert!(p.spend(None), "no quota: no limit on the count");
     }
 
+    #[tokio::test]
+    async fn a_sender_stopped_by_a_spent_grant_resumes_when_the_grant_grows() {
+        let p = Pacer::new();
+        p.grant(1000.0, Instant::now() + Duration::from_secs(60));
+        p.set_quota(Some(2));
+        assert_eq!(tokens(&p, Duration::from_millis(100)).await, 2);
+        // Blocked on the spent grant; a larger one must wake it, not the next rate change.
+        let waiting = {
+            let p = p.clone();
+            tokio::spawn(async move { p.acquire(&CancellationToken::new()).await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "a token past the grant");
+        p.set_quota(Some(3));
+        let got = tokio::time::timeout(Duration::from_secs(5), waiting).await;
+        assert!(matches!(got, Ok(Ok(Some(_)))), "still waiting: {got:?}");
+        assert_eq!(p.spent(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_sender_held_by_a_spent_grant_does_not_burn_the_rate_meanwhile() {
+        // At 2/s (burst 2) a second of waiting refills the burst. Held by the grant, the waiter
+        // must not take those tokens and throw them away: once the grant grows, both are there.
+        let p = Pacer::new();
+        p.grant(2.0, Instant::now() + Duration::from_secs(60));
+        p.set_quota(Some(2));
+        // A new limiter starts empty: the two tokens take a second.
+        assert_eq!(tokens(&p, Duration::from_millis(1300)).await, 2);
+        let waiting = {
+            let p = p.clone();
+            tokio::spawn(async move { p.acquire(&CancellationToken::new()).await })
+        };
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        let t0 = Instant::now();
+        p.set_quota(Some(4));
+        assert!(waiting.await.unwrap().is_some());
+        assert!(p.acquire(&CancellationToken::new()).await.is_some());
+        // Burned, the second token would come ~500 ms after the first.
+        assert!(
+            t0.elapsed() < Duration::from_millis(400),
+            "{:?}",
+            t0.elapsed()
+        );
+    }
+
     /// How many tokens `p` hands out within `within` (real time: governor keeps its own clock).
     async fn tokens(p: &Pacer, within: Duration) -> usize {
         let stop = CancellationToken::new();

@@ -160,10 +160,8 @@ fn aimd(
     throttled: Option<Option<Duration>>,
 ) {
     let mut effective = l.effective_per_s;
-    if let Some(base) = l
-        .base_per_s
-        .filter(|b| *b > 0.0 && (b - fleet_limit).abs() > 1e-9)
-    {
+    // Unchanged, the factor is 1. (`base_per_s` > 0 is a table constraint.)
+    if let Some(base) = l.base_per_s {
         effective *= fleet_limit / base;
     }
     effective = effective.min(fleet_limit);
@@ -478,6 +476,43 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_pod_renewing_an_unchanged_share_does_not_restart_its_handover() {
+        // a lowered at 250 ms; its rounds every 100 ms after that renew the same share. The old
+        // rate stops being committed one handover after the change, not after the last round.
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let l = limit_row();
+        let a0 = round(0, None, a, &report(1.0), &[], &l).me;
+        let b0 = round(100, None, b, &report(1.0), std::slice::from_ref(&a0), &l).me;
+        let mut a_now = round(
+            250,
+            Some(&a0),
+            a,
+            &report(1.0),
+            std::slice::from_ref(&b0),
+            &l,
+        )
+        .me;
+        assert_eq!(a_now.share_per_s, 250.0);
+        for at in (350..=250 + 3 * H).step_by(100) {
+            a_now = round(
+                at,
+                Some(&a_now),
+                a,
+                &report(1.0),
+                std::slice::from_ref(&b0),
+                &l,
+            )
+            .me;
+        }
+        assert_eq!(
+            a_now.share_changed_at,
+            t(250),
+            "an unchanged share is not a change"
+        );
+        assert_eq!(a_now.committed(t(250 + H)), 250.0);
+    }
+
+    #[test]
     fn a_crashed_pods_capacity_is_free_only_after_its_share_expired_and_the_handover() {
         let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
         let l = limit_row();
@@ -695,5 +730,9 @@ pub(crate) mod tests {
         assert_eq!(p1.me.quota_spent, 300);
         let q = p1.quota.unwrap();
         assert_eq!((p1.me.quota_granted, q.used, q.full), (550, 950, false));
+        // Only what was started since the last round is new usage.
+        r.spent = 400;
+        let p2 = plan_round(t(500), Some(&p1.me), a, &r, &[], &p1.limit, 500);
+        assert_eq!((p2.used_add, p2.me.quota_spent), (100, 400));
     }
 }

@@ -126,6 +126,7 @@ impl Pipeline<'_> {
     /// Whether the settings stop this pass: paused, or outside the send window.
     fn must_stop(&self, s: &CampaignSettings) -> Option<StopReason> {
         if let Some(pause) = &s.pause {
+            m::campaign_paused(true);
             warn!(worker = %self.w.name, paused_by = %pause.by,
                   reason = pause.reason.as_deref().unwrap_or(""),
                   "campaign paused; stopping: in-flight requests finish, the rest is released");

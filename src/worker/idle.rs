@@ -22,6 +22,7 @@ impl Worker {
         cancel: &CancellationToken,
     ) -> Result<bool, RunError> {
         info!(worker = %self.name, "campaign paused; idling until `campaign-sender resume`");
+        m::campaign_paused(true);
         self.signals.set_busy(false);
         loop {
             tokio::select! {
@@ -34,6 +35,7 @@ impl Worker {
                 })
                 .await?;
             if pause.is_none() {
+                m::campaign_paused(false);
                 info!(worker = %self.name, "campaign resumed");
                 return Ok(true);
             }

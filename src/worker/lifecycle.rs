@@ -176,6 +176,7 @@ impl Worker {
                 start.failure_budget,
             )
         };
+        m::campaign_paused(start.settings.pause.is_some());
         if let Some(pause) = &start.settings.pause {
             // The kill switch is on: claim nothing, send nothing.
             warn!(worker = %self.name, campaign = %self.store.campaign_id(), paused_by = %pause.by,

@@ -139,6 +139,17 @@ where
     }
 }
 
+/// The Prometheus exposition a worker serves at `addr` (`METRICS_ADDR`), or `None` while it
+/// does not answer yet.
+pub async fn metrics_text(addr: &str) -> Option<String> {
+    reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()
+}
+
 /// Waits (bounded) until the worker named `worker` holds a live rate share of weight 0: it is
 /// idling (done, or paused), not leaving (a pod that left has no live share).
 pub async fn until_idle(pool: &PgPool, worker: &str) {

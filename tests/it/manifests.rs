@@ -309,3 +309,87 @@ fn alerts_and_the_dashboard_use_only_metrics_the_app_records() {
     );
     assert!(q.contains("state IN ('pending', 'sending')") && q.contains("opted_out_at IS NULL"));
 }
+
+/// The labels of a pod template at `path` in `file`.
+fn pod_labels(file: &str, path: &str) -> BTreeSet<(String, String)> {
+    let doc = load(file);
+    at(&doc, path)
+        .as_mapping()
+        .unwrap_or_else(|| panic!("{file}: no labels at {path}"))
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().unwrap().to_string(),
+                v.as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_disruption_budget_holds_serve_pods_and_never_job_pods() {
+    let pdb = load("manifests/overlays/deployment/pdb.yaml");
+    let selects = pod_labels(
+        "manifests/overlays/deployment/pdb.yaml",
+        "spec.selector.matchLabels",
+    );
+    assert!(
+        at(&pdb, "spec.selector.matchExpressions").is_null(),
+        "the test reads matchLabels only"
+    );
+    let serve = pod_labels(
+        "manifests/overlays/deployment/deployment.yaml",
+        "spec.template.metadata.labels",
+    );
+    assert!(selects.is_subset(&serve), "the PDB misses serve pods");
+    for (file, path) in [
+        (
+            "manifests/overlays/indexed-job/job.yaml",
+            "spec.template.metadata.labels",
+        ),
+        (
+            "manifests/overlays/cronjob/cronjob.yaml",
+            "spec.jobTemplate.spec.template.metadata.labels",
+        ),
+    ] {
+        assert!(
+            !selects.is_subset(&pod_labels(file, path)),
+            "the PDB selects the Job pods of {file}"
+        );
+    }
+}
+
+/// Every file `kubectl apply -f DIR` would read (it takes .yaml, .yml and .json).
+fn applied_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            applied_files(&path, out);
+        } else if matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("yaml" | "yml" | "json")
+        ) {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn no_manifest_kubectl_would_apply_holds_a_secret() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
+    let mut files = Vec::new();
+    applied_files(&root, &mut files);
+    assert!(files.len() > 10, "{files:?}");
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(
+            !text.lines().any(|l| l.trim() == "kind: Secret"),
+            "{}: `kubectl apply -f` would create this Secret with its example values",
+            file.display()
+        );
+    }
+    // The example is still where the docs say, with the shape the pods read.
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/base/secret.yaml.example");
+    let text = std::fs::read_to_string(example).unwrap();
+    assert!(text.contains("kind: Secret") && text.contains("DATABASE_URL"));
+}

@@ -374,11 +374,13 @@ async fn serve_idles_while_paused_and_continues_by_itself_after_resume(pool: PgP
         .unwrap();
     let p = provider(FakeConfig::default()).await;
     let db = worker_url(&pool).await;
+    let metrics = format!("127.0.0.1:{}", refused_addr().port());
     let env = [
         ("CAMPAIGN_ID", CAMPAIGN),
         ("MAIL_URL", p.url.as_str()),
         ("WORKER_ID", "serve-0"),
         ("IDLE_POLL_MS", "100"),
+        ("METRICS_ADDR", metrics.as_str()),
     ];
     let mut child = spawn_sender(&["serve"], &db, &env);
     until_idle(&pool, "serve-0").await;
@@ -386,6 +388,8 @@ async fn serve_idles_while_paused_and_continues_by_itself_after_resume(pool: PgP
         child.try_wait().unwrap().is_none(),
         "serve exited while paused"
     );
+    // What keeps CampaignSenderNoProgress quiet during a deliberate pause.
+    paused_gauge_reads(&metrics, 1).await;
     assert_eq!(p.fake.stats().requests, 0);
     campaigns::resume(&pool, CAMPAIGN).await.unwrap();
     let t0 = Instant::now();
@@ -393,6 +397,7 @@ async fn serve_idles_while_paused_and_continues_by_itself_after_resume(pool: PgP
         assert!(t0.elapsed() < Duration::from_secs(30), "not resumed");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    paused_gauge_reads(&metrics, 0).await;
     let pid = child.id().unwrap().to_string();
     std::process::Command::new("kill")
         .args(["-TERM", &pid])
@@ -401,6 +406,15 @@ async fn serve_idles_while_paused_and_continues_by_itself_after_resume(pool: PgP
     let (code, out, err) = finish(child, Duration::from_secs(20)).await;
     assert_eq!(code, 0, "{out}\n{err}");
     assert_eq!(states(&pool).await.get("sent"), Some(&200));
+}
+
+/// Waits until the pod's `campaign_sender_campaign_paused` gauge reads `value`.
+async fn paused_gauge_reads(addr: &str, value: u8) {
+    let line = format!("campaign_sender_campaign_paused{{worker=\"serve-0\"}} {value}");
+    until_some(Duration::from_secs(10), &line, || async {
+        metrics_text(addr).await?.contains(&line).then_some(())
+    })
+    .await;
 }
 
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]

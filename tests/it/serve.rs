@@ -162,12 +162,7 @@ async fn metrics_are_served_with_the_documented_names_and_no_personal_data(pool:
         Duration::from_secs(30),
         "the backlog gauge at 0",
         || async {
-            let body = reqwest::get(format!("http://{addr}/metrics"))
-                .await
-                .ok()?
-                .text()
-                .await
-                .ok()?;
+            let body = metrics_text(&addr).await?;
             body.contains("campaign_sender_backlog_rows{worker=\"serve-0\",state=\"ready\"} 0")
                 .then_some(body)
         },
