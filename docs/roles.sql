@@ -25,6 +25,8 @@
 -- temporary table), retry-failed's update, the campaigns table, and on rate_limits the refusal
 -- (`resume` lifts it) and the live limit (`limit`). Neither role can create, alter or
 -- drop anything, or read another table.
+-- campaign_sender_keda (KEDA's backlog query, manifests/overlays/deployment/scaledobject.yaml):
+-- reads only the columns that query needs, never an address or a result.
 
 DO $$
 BEGIN
@@ -40,10 +42,18 @@ EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;  -- exists, or cr
 END
 $$;
 
+DO $$
+BEGIN
+    CREATE ROLE campaign_sender_keda LOGIN;
+EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;  -- exists, or created concurrently
+END
+$$;
+
 -- Nothing by default: only the grants below.
 REVOKE ALL ON campaign_targets, rate_limits, rate_pods, rate_usage, campaigns, run_budgets,
-    _sqlx_migrations FROM campaign_sender_worker, campaign_sender_operator;
-GRANT USAGE ON SCHEMA public TO campaign_sender_worker, campaign_sender_operator;
+    _sqlx_migrations FROM campaign_sender_worker, campaign_sender_operator, campaign_sender_keda;
+GRANT USAGE ON SCHEMA public TO campaign_sender_worker, campaign_sender_operator,
+    campaign_sender_keda;
 
 GRANT SELECT ON campaign_targets TO campaign_sender_worker;
 GRANT UPDATE (state, attempts, not_before, lease_until, claim_id, last_status, last_error,
@@ -75,3 +85,7 @@ GRANT INSERT (campaign_id, member_id, email, priority, send_after)
 GRANT UPDATE (state, attempts, not_before, lease_until, updated_at)
     ON campaign_targets TO campaign_sender_operator;
 GRANT SELECT, INSERT, UPDATE ON campaigns TO campaign_sender_operator;
+
+GRANT SELECT (campaign_id, state, opted_out_at) ON campaign_targets TO campaign_sender_keda;
+GRANT SELECT (campaign_id, paused_at, window_start, window_end, timezone)
+    ON campaigns TO campaign_sender_keda;

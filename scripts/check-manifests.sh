@@ -41,6 +41,17 @@ for dir in overlays/indexed-job overlays/cronjob overlays/cadence-nightly-window
   kubernetes-validate -k "$k8s_version" --strict --quiet "$out" || status=1
   python3 scripts/validate-crds.py "$crds" <"$out" || status=1
 done
+echo "== the backlog query names the ConfigMap's campaign"
+python3 - "$tmp/overlays-deployment.yaml" <<'PY' || status=1
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+campaign = next(d for d in docs if d["kind"] == "ConfigMap")["data"]["CAMPAIGN_ID"]
+query = next(d for d in docs if d["kind"] == "ScaledObject")["spec"]["triggers"][0]["metadata"]["query"]
+literals = query.split("'")[1::2]
+if literals[:1] != [campaign] or campaign in literals[1:]:
+    sys.exit(f"the KEDA query counts {literals[:1]}, the ConfigMap's CAMPAIGN_ID is {campaign!r}")
+print(f"KEDA counts the backlog of {campaign!r}")
+PY
 echo "== base/secret.yaml.example"
 kubernetes-validate -k "$k8s_version" --strict --quiet manifests/base/secret.yaml.example || status=1
 

@@ -9,6 +9,7 @@ mod claim;
 mod e2e;
 mod exit_codes;
 mod hostile;
+mod keda;
 mod manifests;
 mod migrate;
 mod mistakes;
