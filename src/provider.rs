@@ -65,7 +65,7 @@ impl Provider {
             ))
             .build()?;
         Ok(Self {
-            total: connect + read,
+            total: cfg.request_timeout(),
             client,
             url: reqwest::Url::parse(&cfg.mail_url).expect("MAIL_URL validated at start"),
             api_key: cfg.mail_api_key.clone(),

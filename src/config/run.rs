@@ -371,6 +371,11 @@ impl RunConfig {
         self.metrics_addr.as_ref().and_then(|a| a.parse().ok())
     }
 
+    /// The bound on one attempt: connect plus read timeout (the provider client sets it on
+    /// every request).
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.connect_timeout_ms + self.read_timeout_ms)
+    }
     pub fn rate_sync(&self) -> Duration {
         Duration::from_millis(self.rate_sync_ms)
     }

@@ -173,7 +173,13 @@ impl Coordinator {
             // Bounded: a hung round must not outlive the share it would renew.
             let round =
                 tokio::time::timeout(self.s.ttl, self.round(mine.as_ref(), report, started));
-            let failed = match round.await {
+            // Told to leave mid-round (a database that stopped answering holds the round until
+            // its timeout): the round is dropped (its transaction rolls back) and the pod leaves.
+            let round = tokio::select! {
+                r = round => r,
+                _ = stop.cancelled() => break,
+            };
+            let failed = match round {
                 Ok(Ok(plan)) => {
                     if failing {
                         info!(
@@ -337,7 +343,7 @@ impl Coordinator {
         m::rate_share(0.0);
         let spent = self.pacer.spent() as i64;
         let left = sql::leave(&self.pool, &self.s.key, self.pod_id, spent);
-        match tokio::time::timeout(Duration::from_secs(2), left).await {
+        match tokio::time::timeout(LEAVE_TIMEOUT, left).await {
             Ok(Ok(())) => debug!("left the rate-limit fleet"),
             _ => warn!(
                 "could not mark this pod gone; its share frees when it expires (RATE_SHARE_TTL_MS)"
@@ -345,6 +351,10 @@ impl Coordinator {
         }
     }
 }
+
+/// How long a leaving pod tries to mark its row gone (part of the shutdown bound:
+/// [`crate::worker::WRITES_AFTER_REQUESTS`]).
+pub const LEAVE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The longest of the `Retry-After`s of one round's 429s (`None`: the default pause).
 fn longest(a: Option<Option<Duration>>, b: Option<Duration>) -> Option<Duration> {

@@ -65,6 +65,6 @@ pub mod quota;
 #[cfg(test)]
 mod sim;
 
-pub use coordinator::{Coordinator, CoordinatorSettings, FleetView, Signals};
+pub use coordinator::{Coordinator, CoordinatorSettings, FleetView, Signals, LEAVE_TIMEOUT};
 pub use pacer::Pacer;
 pub use plan::DEFAULT_PAUSE;

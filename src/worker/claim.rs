@@ -78,15 +78,18 @@ impl Pipeline<'_> {
         } else {
             self.low_water() as u32
         };
-        match w
-            .retrying("claiming rows", || w.store.claim(n, cfg.lease()))
-            .await
-        {
-            Ok(b) => Some(b),
-            Err(e) => {
-                self.stop.fail(e);
-                None
-            }
+        // A claim in flight at a stop is waited for (its rows are then released at once), but
+        // not past the shutdown bound.
+        let claim = w.retrying("claiming rows", || w.store.claim(n, cfg.lease()));
+        tokio::select! {
+            claimed = claim => match claimed {
+                Ok(b) => Some(b),
+                Err(e) => {
+                    self.stop.fail(e);
+                    None
+                }
+            },
+            _ = self.stop.stopping_for(self.shutdown_bound()) => None,
         }
     }
 
@@ -96,15 +99,16 @@ impl Pipeline<'_> {
         let w = self.w;
         // Hold no share of the fleet's limit unless rows are held.
         w.signals.set_busy(self.holding.load(Ordering::SeqCst) > 0);
-        let rem = match w
-            .retrying("counting what is left", || w.store.remaining())
-            .await
-        {
-            Ok(r) => r,
-            Err(e) => {
-                self.stop.fail(e);
-                return WhenEmpty::Return(None);
-            }
+        let counting = w.retrying("counting what is left", || w.store.remaining());
+        let rem = tokio::select! {
+            counted = counting => match counted {
+                Ok(r) => r,
+                Err(e) => {
+                    self.stop.fail(e);
+                    return WhenEmpty::Return(None);
+                }
+            },
+            _ = self.stop.stopping_for(self.shutdown_bound()) => return WhenEmpty::Return(None),
         };
         m::backlog(&rem, None);
         if self.one_batch {

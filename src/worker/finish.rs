@@ -118,11 +118,15 @@ impl Pipeline<'_> {
     /// given up they come back after their lease and are re-sent under the same idempotency key.
     async fn flush(&self, groups: HashMap<Uuid, Vec<(i64, Resolution)>>) {
         let (w, limit) = (self.w, self.w.outage_limit);
+        let bound = self.shutdown_bound();
         for (claim_id, results) in groups {
-            let written = retrying(limit, "writing results", || {
+            let write = retrying(limit, "writing results", || {
                 w.store.finish(claim_id, &results)
-            })
-            .await;
+            });
+            let written = self
+                .stop
+                .within_shutdown(bound, write, || sqlx::Error::PoolTimedOut)
+                .await;
             let ids: Vec<i64> = results.iter().map(|(m, _)| *m).collect();
             self.forget(claim_id, &ids);
             match written {

@@ -171,15 +171,18 @@ impl Gate<'_, '_> {
         // The check's time is when it *starts*: everything committed before it is seen.
         let started = Instant::now();
         let (w, ids) = (self.p.w, &ids);
-        let blocked = match w
-            .retrying("re-checking rows before sending", || w.store.recheck(ids))
-            .await
-        {
-            Ok(b) => b,
-            Err(e) => {
-                self.p.stop.fail(e);
-                return false;
-            }
+        // Nothing is sent after a stop, so a check still waiting for the database then is
+        // given up (the rows are released) once the shutdown bound is reached.
+        let checking = w.retrying("re-checking rows before sending", || w.store.recheck(ids));
+        let blocked = tokio::select! {
+            checked = checking => match checked {
+                Ok(b) => b,
+                Err(e) => {
+                    self.p.stop.fail(e);
+                    return false;
+                }
+            },
+            _ = self.p.stop.stopping_for(self.p.shutdown_bound()) => return false,
         };
         self.checked_at = Some(started);
         let blocked: HashMap<i64, Recheck> = blocked.into_iter().collect();

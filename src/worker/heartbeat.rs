@@ -34,24 +34,34 @@ impl Pipeline<'_> {
                 _ = tick.tick() => {}
                 _ = done.cancelled() => return,
             }
-            self.sample_backlog().await;
-            let rows = self.held_rows();
-            if rows.is_empty() {
-                continue;
+            // A database that stops answering holds a statement forever: once everything is
+            // written, the beat is abandoned rather than awaited.
+            tokio::select! {
+                _ = self.beat(beat) => {}
+                _ = done.cancelled() => return,
             }
-            let (store, lease) = (&self.w.store, self.cfg().lease());
-            match retrying(beat, "renewing leases", || {
-                store.extend_leases(&rows, lease)
-            })
-            .await
-            {
-                Ok(n) => {
-                    self.w.recorder.leases_renewed(n);
-                    debug!(held = rows.len(), renewed = n, "leases renewed");
-                }
-                Err(e) => {
-                    warn!(error = %error_text(&e), held = rows.len(), "lease renewal failed; will retry next beat")
-                }
+        }
+    }
+
+    /// One beat: the backlog gauges, then the held rows' leases.
+    async fn beat(&self, beat: std::time::Duration) {
+        self.sample_backlog().await;
+        let rows = self.held_rows();
+        if rows.is_empty() {
+            return;
+        }
+        let (store, lease) = (&self.w.store, self.cfg().lease());
+        match retrying(beat, "renewing leases", || {
+            store.extend_leases(&rows, lease)
+        })
+        .await
+        {
+            Ok(n) => {
+                self.w.recorder.leases_renewed(n);
+                debug!(held = rows.len(), renewed = n, "leases renewed");
+            }
+            Err(e) => {
+                warn!(error = %error_text(&e), held = rows.len(), "lease renewal failed; will retry next beat")
             }
         }
     }
@@ -92,7 +102,13 @@ impl Pipeline<'_> {
             let settings = retrying(poll, "reading the campaign's settings", || {
                 campaigns::settings(store.pool(), store.campaign_id())
             });
-            match settings.await {
+            // Stopping already, the settings no longer matter (and may never come).
+            let settings = tokio::select! {
+                s = settings => s,
+                _ = self.stop.stopped() => return,
+                _ = done.cancelled() => return,
+            };
+            match settings {
                 Ok(s) => {
                     if let Some(reason) = self.must_stop(&s) {
                         self.stop.stop(reason);

@@ -203,9 +203,15 @@ impl Worker {
             return Err(e);
         }
         let reason = p.stop.reason();
-        let counts = self
-            .retrying("counting the campaign", || self.store.counts())
-            .await?;
+        let counting = self.retrying("counting the campaign", || self.store.counts());
+        let counts = tokio::select! {
+            counts = counting => counts?,
+            // The database does not answer and the pod must go: the counts it started with.
+            _ = p.stop.stopping_for(p.shutdown_bound()) => {
+                warn!(worker = %self.name, "the database did not answer while stopping; the report shows the counts at the start");
+                start.counts.clone()
+            }
+        };
         let report = report(reason, counts);
         info!(worker = %self.name, reason = ?reason, exit_code = report.exit_code, "run finished");
         Ok(report)

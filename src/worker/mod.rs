@@ -46,6 +46,8 @@ mod recorder;
 mod send;
 mod shutdown;
 
+pub use shutdown::WRITES_AFTER_REQUESTS;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

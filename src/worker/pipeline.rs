@@ -69,6 +69,11 @@ pub(super) struct Pipeline<'a> {
 }
 
 impl<'a> Pipeline<'a> {
+    /// How long after its stop this pass still writes to the database (see [`super::shutdown`]).
+    pub(super) fn shutdown_bound(&self) -> std::time::Duration {
+        self.cfg().request_timeout() + super::shutdown::WRITES_AFTER_REQUESTS
+    }
+
     pub(super) fn new(
         w: &'a Worker,
         template: Arc<str>,

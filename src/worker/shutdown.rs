@@ -14,10 +14,18 @@
 //!    in the same fenced write with its attempt given back, so other pods take it at once;
 //! 4. the pod leaves the fleet's rate limit (its share is free one second later).
 //!
+//! Stopping is bounded whatever the database does: results are written until the request
+//! timeout plus [`WRITES_AFTER_REQUESTS`] after the stop, not for the whole
+//! `DB_CONNECT_RETRY_S` ([`Stop::within_shutdown`]). Rows not written by then come back after
+//! their lease and are re-sent under their key. The manifests' `terminationGracePeriodSeconds`
+//! is above that bound (tests/it/manifests.rs), so Kubernetes never kills a pod mid-write.
+//!
 //! The first recorded reason wins: a pass that stopped itself (done, paused, over the budget)
 //! reports that even if a signal came while it was finishing.
 
-use std::sync::Mutex;
+use std::future::Future;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -25,20 +33,56 @@ use tokio_util::sync::CancellationToken;
 use super::RunError;
 use crate::report::StopReason;
 
+/// How long after the requests in flight have had their timeout the results are still written
+/// once a pass is stopping (see the module docs).
+pub const WRITES_AFTER_REQUESTS: Duration = Duration::from_secs(10);
+
 /// A pipeline pass's stop: the token every stage listens to, and why it fired.
 pub(super) struct Stop {
     token: CancellationToken,
     reason: Mutex<Option<StopReason>>,
     fatal: Mutex<Option<RunError>>,
+    /// When the token fired (set by a watcher task).
+    since: Arc<OnceLock<Instant>>,
 }
 
 impl Stop {
-    /// A stop that also fires when `parent` (the process's shutdown token) does.
+    /// A stop that also fires when `parent` (the process's shutdown token) does. Must be called
+    /// inside the runtime.
     pub(super) fn child_of(parent: &CancellationToken) -> Self {
+        let token = parent.child_token();
+        let since = Arc::new(OnceLock::new());
+        let (t, s) = (token.clone(), since.clone());
+        tokio::spawn(async move {
+            t.cancelled().await;
+            let _ = s.set(Instant::now());
+        });
         Self {
-            token: parent.child_token(),
+            token,
             reason: Mutex::new(None),
             fatal: Mutex::new(None),
+            since,
+        }
+    }
+
+    /// Resolves once the pass has been stopping for `bound` (never, while it is not stopping).
+    pub(super) async fn stopping_for(&self, bound: Duration) {
+        self.stopped().await;
+        let since = self.since.get().copied().unwrap_or_else(Instant::now);
+        tokio::time::sleep_until(since + bound).await;
+    }
+
+    /// `write`, given up with `gave_up` once the pass has been stopping for `bound`: a
+    /// database that does not answer cannot hold a stopping pod past its grace period.
+    pub(super) async fn within_shutdown<T, E>(
+        &self,
+        bound: Duration,
+        write: impl Future<Output = Result<T, E>>,
+        gave_up: impl FnOnce() -> E,
+    ) -> Result<T, E> {
+        tokio::select! {
+            written = write => written,
+            _ = self.stopping_for(bound) => Err(gave_up()),
         }
     }
 

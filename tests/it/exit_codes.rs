@@ -470,3 +470,61 @@ async fn a_wrong_password_is_retried_with_backoff_then_gives_75_and_a_rotation_h
     assert_eq!(states(&admin).await.get("sent"), Some(&20));
     assert_eq!(p.fake.stats().delivered, 20);
 }
+
+/// SIGTERM while the database has stopped answering (statements hang, nothing is refused): the
+/// pod must still be gone within its grace period. Results are written until the request
+/// timeout plus `WRITES_AFTER_REQUESTS` after the stop, not for the whole outage limit (here
+/// 60 s), and no stage waits on a statement after that; what is not written comes back after
+/// its lease and is re-sent under its key.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_stopping_pod_gives_up_writing_to_a_silent_database_within_its_grace(pool: PgPool) {
+    use campaign_sender::rate::LEAVE_TIMEOUT;
+    use campaign_sender::store::Store;
+    use campaign_sender::worker::{Worker, WRITES_AFTER_REQUESTS};
+    seed(&pool, CAMPAIGN, 5_000).await;
+    let p = provider(FakeConfig {
+        latency_mean_ms: 50,
+        ..Default::default()
+    })
+    .await;
+    let url = worker_url(&pool).await;
+    let u = reqwest::Url::parse(&url).unwrap();
+    let upstream = tokio::net::lookup_host((u.host_str().unwrap(), u.port().unwrap()))
+        .await
+        .unwrap()
+        .next()
+        .unwrap();
+    let db = FrozenDb::start(upstream).await;
+    let worker_pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(8)
+        .connect_lazy(&db.url(&url))
+        .unwrap();
+    let mut cfg = config(&p.url);
+    cfg.mail_rate_per_s = 500;
+    let request = cfg.request_timeout();
+    let w = Worker::new(
+        cfg,
+        Store::new(worker_pool, CAMPAIGN),
+        Duration::from_secs(60),
+    )
+    .unwrap();
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let run = tokio::spawn({
+        let cancel = cancel.clone();
+        async move { w.run(cancel).await }
+    });
+    until_some(Duration::from_secs(30), "sending under way", || async {
+        (p.fake.stats().delivered >= 200).then_some(())
+    })
+    .await;
+    db.freeze();
+    cancel.cancel();
+    let t0 = std::time::Instant::now();
+    let ended = tokio::time::timeout(Duration::from_secs(50), run).await;
+    let took = t0.elapsed();
+    assert!(ended.is_ok(), "still stopping after {took:?}");
+    // Writes until the request timeout plus WRITES_AFTER_REQUESTS after the stop, then leaving
+    // the fleet (LEAVE_TIMEOUT); the margin is for a loaded machine.
+    let bound = request + WRITES_AFTER_REQUESTS + LEAVE_TIMEOUT + Duration::from_millis(1500);
+    assert!(took < bound, "stopping took {took:?}, bound {bound:?}");
+}

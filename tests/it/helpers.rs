@@ -387,3 +387,62 @@ impl Drop for OwnServer {
             .output();
     }
 }
+
+/// A TCP proxy to a database whose connections can be frozen: bytes are held, nothing is
+/// closed — a database (or the network to it) that stops answering mid-statement.
+pub struct FrozenDb {
+    pub addr: SocketAddr,
+    frozen: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl FrozenDb {
+    pub async fn start(upstream: SocketAddr) -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        async fn pump(
+            mut from: impl tokio::io::AsyncRead + Unpin,
+            mut to: impl tokio::io::AsyncWrite + Unpin,
+            frozen: Arc<AtomicBool>,
+        ) {
+            let mut buf = vec![0u8; 16 * 1024];
+            while let Ok(n @ 1..) = from.read(&mut buf).await {
+                while frozen.load(Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                if to.write_all(&buf[..n]).await.is_err() {
+                    break;
+                }
+            }
+        }
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let frozen = Arc::new(AtomicBool::new(false));
+        let f = frozen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let f = f.clone();
+                tokio::spawn(async move {
+                    let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await else {
+                        return;
+                    };
+                    let (cr, cw) = client.split();
+                    let (sr, sw) = server.split();
+                    tokio::join!(pump(cr, sw, f.clone()), pump(sr, cw, f));
+                });
+            }
+        });
+        Self { addr, frozen }
+    }
+
+    pub fn freeze(&self) {
+        self.frozen.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// `url` (a database URL) through this proxy.
+    pub fn url(&self, url: &str) -> String {
+        let mut u = reqwest::Url::parse(url).unwrap();
+        u.set_host(Some(&self.addr.ip().to_string())).unwrap();
+        u.set_port(Some(self.addr.port())).unwrap();
+        u.to_string()
+    }
+}

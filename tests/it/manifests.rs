@@ -8,6 +8,8 @@ use std::path::Path;
 use campaign_sender::config::known_variables;
 use campaign_sender::exit;
 use campaign_sender::metrics;
+use campaign_sender::rate::LEAVE_TIMEOUT;
+use campaign_sender::worker::WRITES_AFTER_REQUESTS;
 use serde_yaml::Value;
 
 fn load(path: &str) -> Value {
@@ -154,8 +156,13 @@ fn deadlines_and_grace_periods_nest_the_way_the_app_expects() {
     for (file, spec) in WORKERS {
         let v = load(file);
         let grace = int(&v, &format!("{spec}.terminationGracePeriodSeconds"));
-        // In-flight requests end within the request timeout, then a write and a release.
-        assert!(grace >= request_s + 5, "{file}: grace {grace} s");
+        // In-flight requests end within the request timeout; results are written for at most
+        // WRITES_AFTER_REQUESTS more, then the pod leaves the fleet (LEAVE_TIMEOUT); 2 s to spare.
+        let shutdown_s = request_s + (WRITES_AFTER_REQUESTS + LEAVE_TIMEOUT).as_secs() as i64 + 2;
+        assert!(
+            grace >= shutdown_s,
+            "{file}: grace {grace} s < {shutdown_s} s"
+        );
     }
     let grace = int(&job, "spec.template.spec.terminationGracePeriodSeconds");
     // The app stops itself at DEADLINE_S; the Job's deadline is the last resort above it.
