@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Validates manifests/ without a cluster (CI runs it):
 #  1. every overlay and monitoring/ renders with `kubectl kustomize`;
-#  2. the built-in kinds validate strictly against Kubernetes 1.30 (`kubernetes-validate --strict`
+#  2. the built-in kinds validate strictly against Kubernetes 1.30 and 1.33 (`kubernetes-validate --strict`
 #     rejects misspelt fields; the example Secret is validated too);
 #  3. KEDA and Prometheus Operator objects validate against their upstream CRDs
 #     (../shared/crds, unknown fields rejected: scripts/validate-crds.py);
@@ -14,7 +14,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 crds=${CRD_DIR:-../shared/crds}
-k8s_version=1.30.0
+# The oldest and the newest Kubernetes minor our users' GKE channels run.
+k8s_versions=(1.30.0 1.33.0)
 
 command -v kubectl >/dev/null || { echo "check-manifests: kubectl is needed (for kustomize)" >&2; exit 1; }
 command -v kubernetes-validate >/dev/null || pip install -q kubernetes-validate
@@ -38,7 +39,9 @@ for dir in overlays/indexed-job overlays/cronjob overlays/cadence-nightly-window
   echo "== $dir"
   kubectl kustomize "manifests/$dir" >"$out"
   # Built-in kinds; CRD kinds are only warned about here and checked below.
-  kubernetes-validate -k "$k8s_version" --strict --quiet "$out" || status=1
+  for v in "${k8s_versions[@]}"; do
+    kubernetes-validate -k "$v" --strict --quiet "$out" || status=1
+  done
   python3 scripts/validate-crds.py "$crds" <"$out" || status=1
 done
 echo "== the backlog query names the ConfigMap's campaign"
@@ -53,7 +56,9 @@ if literals[:1] != [campaign] or campaign in literals[1:]:
 print(f"KEDA counts the backlog of {campaign!r}")
 PY
 echo "== base/secret.yaml.example"
-kubernetes-validate -k "$k8s_version" --strict --quiet manifests/base/secret.yaml.example || status=1
+for v in "${k8s_versions[@]}"; do
+  kubernetes-validate -k "$v" --strict --quiet manifests/base/secret.yaml.example || status=1
+done
 
 echo "== promtool check rules"
 python3 - "$tmp/rules.yaml" <<'PY'

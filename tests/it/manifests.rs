@@ -393,3 +393,36 @@ fn no_manifest_kubectl_would_apply_holds_a_secret() {
     let text = std::fs::read_to_string(example).unwrap();
     assert!(text.contains("kind: Secret") && text.contains("DATABASE_URL"));
 }
+
+#[test]
+fn every_worker_spreads_over_zones_and_nodes_selecting_its_own_pods() {
+    for (file, spec) in WORKERS {
+        let labels_path = format!("{}.metadata.labels", spec.strip_suffix(".spec").unwrap());
+        let own = pod_labels(file, &labels_path);
+        let doc = load(file);
+        let spread = at(&doc, &format!("{spec}.topologySpreadConstraints"))
+            .as_sequence()
+            .unwrap_or_else(|| panic!("{file}: no topologySpreadConstraints"));
+        let keys: BTreeSet<&str> = spread
+            .iter()
+            .map(|c| c["topologyKey"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            keys,
+            BTreeSet::from(["topology.kubernetes.io/zone", "kubernetes.io/hostname"]),
+            "{file}"
+        );
+        for (i, c) in spread.iter().enumerate() {
+            let selects = pod_labels(
+                file,
+                &format!("{spec}.topologySpreadConstraints.{i}.labelSelector.matchLabels"),
+            );
+            assert!(
+                selects.is_subset(&own),
+                "{file}: constraint {i} selects other pods"
+            );
+            // Soft: a spread the cluster cannot give must not hold a run back.
+            assert_eq!(c["whenUnsatisfiable"], "ScheduleAnyway", "{file}");
+        }
+    }
+}
