@@ -3,6 +3,9 @@
 #  1. every overlay and monitoring/ renders with `kubectl kustomize`;
 #  2. the built-in kinds validate strictly against Kubernetes 1.30 and 1.33 (`kubernetes-validate --strict`
 #     rejects misspelt fields; the example Secret is validated too);
+#     Each mode is also rendered with every component of manifests/components (the database
+#     CA, GKE DNS, the metadata server, the Cloud SQL Auth Proxy), validated, and checked to
+#     mount the CA in every pod and to open the egress each component is for;
 #  3. KEDA and Prometheus Operator objects validate against their upstream CRDs
 #     (../shared/crds, unknown fields rejected: scripts/validate-crds.py);
 #  4. the PrometheusRule expressions parse (`promtool check rules`) and each alert fires when it
@@ -43,6 +46,59 @@ for dir in overlays/indexed-job overlays/cronjob overlays/cadence-nightly-window
     kubernetes-validate -k "$v" --strict --quiet "$out" || status=1
   done
   python3 scripts/validate-crds.py "$crds" <"$out" || status=1
+done
+# The components (manifests/components), all together on each mode, as an overlay of a user's
+# would use them: they render, validate, and do what they say.
+mkdir "$tmp/with-components"
+rel=$(realpath --relative-to="$tmp/with-components" manifests)
+for mode in indexed-job cronjob cadence-nightly-window cadence-every-6h deployment; do
+  echo "== overlays/$mode + every component"
+  cat >"$tmp/with-components/kustomization.yaml" <<YAML
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources: [$rel/overlays/$mode]
+components: [$rel/components/db-ca, $rel/components/gke-dns, $rel/components/gke-metadata, $rel/components/cloudsql-proxy]
+YAML
+  out="$tmp/components-$mode.yaml"
+  kubectl kustomize "$tmp/with-components" >"$out"
+  for v in "${k8s_versions[@]}"; do
+    kubernetes-validate -k "$v" --strict --quiet "$out" || status=1
+  done
+  python3 - "$out" <<'PY' || status=1
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+def pod(d):
+    spec = d["spec"]
+    if d["kind"] == "CronJob":
+        spec = spec["jobTemplate"]["spec"]
+    return spec["template"]["spec"]
+bad = []
+for d in docs:
+    if d["kind"] in ("Job", "CronJob", "Deployment"):
+        p = pod(d)
+        mounts = p["containers"][0].get("volumeMounts", [])
+        vols = {v["name"]: v for v in p.get("volumes", [])}
+        ok = any(m["mountPath"] == "/etc/campaign-sender" and m["name"] in vols
+                 and vols[m["name"]]["secret"]["secretName"] == "campaign-sender-db-ca" for m in mounts)
+        if not ok:
+            bad.append(f"{d['kind']}/{d['metadata']['name']} does not mount the database CA")
+allowed = set()
+for d in docs:
+    if d["kind"] == "NetworkPolicy":
+        for rule in d["spec"].get("egress", []):
+            for to in rule.get("to", []):
+                for port in rule.get("ports", []):
+                    if "ipBlock" in to:
+                        allowed.add((to["ipBlock"]["cidr"], port["port"]))
+for need in [("169.254.169.254/32", 53), ("169.254.20.10/32", 53), ("169.254.169.254/32", 80),
+             ("169.254.169.252/32", 988)]:
+    if need not in allowed:
+        bad.append(f"no egress to {need[0]} port {need[1]}")
+if not any(port == 3307 for _, port in allowed):
+    bad.append("no egress to the Cloud SQL Auth Proxy's port 3307")
+if bad:
+    sys.exit("\n".join(bad))
+PY
 done
 echo "== the backlog query names the ConfigMap's campaign"
 python3 - "$tmp/overlays-deployment.yaml" <<'PY' || status=1
