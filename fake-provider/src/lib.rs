@@ -14,6 +14,8 @@
 //!   parentheses) and by answer (`accepted`, `throttled`), for charts.
 //! - `GET /deliveries`: every delivered member with its first delivery time (for checks such as
 //!   "nothing delivered after an opt-out") and the distinct keys it was sent with.
+//! - `GET /accepted`: the arrival time (Unix ms) of every request the rate limit accepted, repeats
+//!   of a key included: what the account's limit counts.
 //! - `GET /workers`: requests by worker (the `User-Agent`'s part in parentheses) and when the
 //!   latest arrived.
 //! - `POST /chaos` `{"kind": "storm429" | "burst5xx" | "stall" | "refuse" | "off", "seconds",
@@ -191,6 +193,9 @@ pub struct TimelinePoint {
 struct Inner {
     /// (second since start, worker) → (accepted, throttled).
     timeline: HashMap<(u64, String), (u64, u64)>,
+    /// Unix milliseconds of every request the rate limit accepted, in arrival order: what the
+    /// account's limit counts, repeats of a key included.
+    accepted_ms: Vec<u64>,
     stats: Stats,
     /// key → when it was delivered.
     delivered_keys: HashMap<String, Instant>,
@@ -287,6 +292,11 @@ impl FakeProvider {
         let mut v: Vec<Delivery> = inner.by_member.values().cloned().collect();
         v.sort_by_key(|d| (d.template.clone(), d.member_id));
         v
+    }
+
+    /// When each accepted request arrived (Unix ms), in arrival order.
+    pub fn accepted_ms(&self) -> Vec<u64> {
+        self.with(|i| i.accepted_ms.clone())
     }
 
     pub fn timeline(&self) -> Vec<TimelinePoint> {
@@ -461,7 +471,10 @@ impl FakeProvider {
             let v = self.admit(i, arrived);
             let slot = i.timeline.entry((second, worker)).or_default();
             match v {
-                Verdict::Accepted => slot.0 += 1,
+                Verdict::Accepted => {
+                    slot.0 += 1;
+                    i.accepted_ms.push(unix_ms(SystemTime::now()));
+                }
                 Verdict::Throttled(_) => slot.1 += 1,
             }
             v
@@ -571,6 +584,10 @@ async fn timeline(State(p): State<Arc<FakeProvider>>) -> Json<Vec<TimelinePoint>
     Json(p.timeline())
 }
 
+async fn accepted(State(p): State<Arc<FakeProvider>>) -> Json<Vec<u64>> {
+    Json(p.accepted_ms())
+}
+
 async fn deliveries(State(p): State<Arc<FakeProvider>>) -> Json<Vec<Delivery>> {
     Json(p.deliveries())
 }
@@ -590,6 +607,7 @@ pub fn router(p: Arc<FakeProvider>) -> Router {
         .route("/stats", get(stats))
         .route("/deliveries", get(deliveries))
         .route("/timeline", get(timeline))
+        .route("/accepted", get(accepted))
         .route("/chaos", post(chaos))
         .route("/workers", get(workers))
         .route("/healthz", get(|| async { "ok" }))
@@ -636,6 +654,22 @@ mod tests {
             }
         }
         assert!((100..=111).contains(&admitted), "admitted {admitted}");
+    }
+
+    #[test]
+    fn only_accepted_requests_are_timed_as_accepted() {
+        let p = FakeProvider::new(FakeConfig {
+            rate_per_s: Some(100.0),
+            burst: 0,
+            ..Default::default()
+        });
+        let start = Instant::now();
+        // Three at once: the first is accepted, the next two are throttled.
+        let verdicts: Vec<bool> = (0..3)
+            .map(|_| matches!(p.admit_counted(start, 0, "w".into()), Verdict::Accepted))
+            .collect();
+        assert_eq!(verdicts, [true, false, false]);
+        assert_eq!(p.accepted_ms().len(), 1);
     }
 
     fn send_headers(key: &str) -> HeaderMap {

@@ -129,6 +129,7 @@ pub async fn judge(
     let get = |path: &str| l.http.get(format!("{}{path}", l.provider_base)).send();
     let s: Stats = get("/stats").await?.json().await?;
     let deliveries: Vec<Delivery> = get("/deliveries").await?.json().await?;
+    let accepted_ms: Vec<u64> = get("/accepted").await?.json().await?;
     let delivered: HashMap<i64, u64> = deliveries
         .iter()
         .map(|d| (d.member_id, d.first_ms))
@@ -207,8 +208,17 @@ pub async fn judge(
         "stale_writes_fenced": stale_writes(&play.procs, false),
         "stale_writes_fenced_worker_0": fenced_0,
         "pg_back_at_s": play.pg_back.iter().map(|t| play.at(*t)).collect::<Vec<_>>(),
-        "at_95pct_after_pg_back_s": back_to_limit(&play.pg_back_ms, &deliveries, a.provider_rate),
-        "first_deliveries_per_250ms_after_pg_back": climb(&play.pg_back_ms, &deliveries),
+        "at_95pct_after_pg_back_s": back_to_limit(&play.pg_back_ms, accepted_ms.clone(), a.provider_rate),
+        "first_deliveries_at_95pct_after_pg_back_s": back_to_limit(
+            &play.pg_back_ms,
+            deliveries.iter().map(|d| d.first_ms).collect(),
+            a.provider_rate
+        ),
+        "accepted_per_250ms_after_pg_back": climb(&play.pg_back_ms, &accepted_ms),
+        "first_deliveries_per_250ms_after_pg_back": climb(
+            &play.pg_back_ms,
+            &deliveries.iter().map(|d| d.first_ms).collect::<Vec<_>>()
+        ),
         "exit_codes": play.procs.iter().map(|p| json!([p.index, p.signalled, p.code])).collect::<Vec<_>>(),
         "bad_exits": bad_exits,
         "checks_failed": failed,
@@ -227,10 +237,10 @@ pub async fn judge(
 }
 
 /// For each time PostgreSQL came back (Unix ms): seconds until the first one-second window in
-/// which the provider received ≥ 95 % of the limit began (0: the window starting at the return
-/// was already full; "within 2 s" is ≤ 1). `None` if it never was (the campaign ran out).
-fn back_to_limit(backs_ms: &[u64], deliveries: &[Delivery], limit: f64) -> Vec<Option<f64>> {
-    let mut t: Vec<u64> = deliveries.iter().map(|d| d.first_ms).collect();
+/// which ≥ 95 % of the limit of `arrivals` (Unix ms: accepted requests — what the limit counts —
+/// or first deliveries) arrived began (0: the window starting at the return was already full;
+/// "within 2 s" is ≤ 1). `None` if it never was (the campaign ran out).
+fn back_to_limit(backs_ms: &[u64], mut t: Vec<u64>, limit: f64) -> Vec<Option<f64>> {
     t.sort_unstable();
     let need = (0.95 * limit).ceil() as usize;
     backs_ms
@@ -248,19 +258,16 @@ fn back_to_limit(backs_ms: &[u64], deliveries: &[Delivery], limit: f64) -> Vec<O
         .collect()
 }
 
-/// For each time PostgreSQL came back: first deliveries in each quarter second of the 4 s
+/// For each time PostgreSQL came back: `arrivals` (Unix ms) in each quarter second of the 4 s
 /// after it (the climb back; 125 per quarter is 500/s).
-fn climb(backs_ms: &[u64], deliveries: &[Delivery]) -> Vec<Vec<usize>> {
+fn climb(backs_ms: &[u64], arrivals: &[u64]) -> Vec<Vec<usize>> {
     backs_ms
         .iter()
         .map(|back| {
             (0..16u64)
                 .map(|q| {
                     let (from, to) = (back + q * 250, back + (q + 1) * 250);
-                    deliveries
-                        .iter()
-                        .filter(|d| (from..to).contains(&d.first_ms))
-                        .count()
+                    arrivals.iter().filter(|t| (from..to).contains(t)).count()
                 })
                 .collect()
         })
