@@ -111,6 +111,20 @@ if literals[:1] != [campaign] or campaign in literals[1:]:
     sys.exit(f"the KEDA query counts {literals[:1]}, the ConfigMap's CAMPAIGN_ID is {campaign!r}")
 print(f"KEDA counts the backlog of {campaign!r}")
 PY
+echo "== operator/pod-overrides.json (as \`kubectl run … --override-type=strategic\` completes it)"
+python3 - "$tmp/operator-pod.json" <<'PY'
+import json, sys
+pod = json.load(open("manifests/operator/pod-overrides.json"))
+pod["kind"] = "Pod"
+pod["metadata"]["name"] = "campaign-sender-operator"
+c = pod["spec"]["containers"][0]
+c["image"] = "campaign-sender:0.1.0"
+c["args"] = ["import", "--campaign", "spring-sale", "-"]
+json.dump(pod, open(sys.argv[1], "w"))
+PY
+for v in "${k8s_versions[@]}"; do
+  kubernetes-validate -k "$v" --strict --quiet "$tmp/operator-pod.json" || status=1
+done
 echo "== base/secret.yaml.example"
 for v in "${k8s_versions[@]}"; do
   kubernetes-validate -k "$v" --strict --quiet manifests/base/secret.yaml.example || status=1

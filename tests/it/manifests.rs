@@ -426,3 +426,42 @@ fn every_worker_spreads_over_zones_and_nodes_selecting_its_own_pods() {
         }
     }
 }
+
+/// The operator commands run in a pod of their own (`kubectl run … --overrides` of
+/// manifests/operator/pod-overrides.json): as the operator role, never with the workers' or the
+/// schema owner's URL, and under the restricted Pod Security profile.
+#[test]
+fn operator_pods_log_in_as_the_operator_role_and_run_restricted() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/operator/pod-overrides.json");
+    let pod: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let spec = &pod["spec"];
+    let c = &spec["containers"][0];
+    assert_eq!(spec["containers"].as_array().unwrap().len(), 1);
+    assert!(
+        c["envFrom"].is_null(),
+        "the whole Secret would reach the pod"
+    );
+    let env = c["env"].as_array().unwrap();
+    assert_eq!(env.len(), 1, "{env:?}");
+    assert_eq!(env[0]["name"], "DATABASE_URL");
+    assert_eq!(
+        env[0]["valueFrom"]["secretKeyRef"]["key"],
+        "OPERATOR_DATABASE_URL"
+    );
+    // Restricted: non-root, no privilege escalation, no capabilities, the runtime's seccomp.
+    assert_eq!(spec["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        spec["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+    assert_eq!(c["securityContext"]["capabilities"]["drop"][0], "ALL");
+    assert_eq!(spec["automountServiceAccountToken"], false);
+    // The key is in the Secret's documented shape.
+    let example = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/base/secret.yaml.example"),
+    )
+    .unwrap();
+    assert!(example.contains("OPERATOR_DATABASE_URL: "), "{example}");
+}
