@@ -465,3 +465,27 @@ fn operator_pods_log_in_as_the_operator_role_and_run_restricted() {
     .unwrap();
     assert!(example.contains("OPERATOR_DATABASE_URL: "), "{example}");
 }
+
+/// A Job's template is immutable: both Jobs tell Argo CD and Flux to recreate them on a new
+/// release (docs/OPERATIONS.md "A new release"), and the migrate Job runs before each Argo sync.
+#[test]
+fn both_jobs_are_recreated_by_gitops_tools_on_a_new_release() {
+    for file in [
+        "manifests/base/migrate-job.yaml",
+        "manifests/overlays/indexed-job/job.yaml",
+    ] {
+        let job = load(file);
+        let a = at(&job, "metadata.annotations");
+        assert_eq!(a["kustomize.toolkit.fluxcd.io/force"], "enabled", "{file}");
+        let argo = a["argocd.argoproj.io/sync-options"].as_str().unwrap_or("");
+        assert!(
+            argo.contains("Force=true") && argo.contains("Replace=true"),
+            "{file}"
+        );
+    }
+    let migrate = load("manifests/base/migrate-job.yaml");
+    assert_eq!(
+        at(&migrate, "metadata.annotations")["argocd.argoproj.io/hook"],
+        "PreSync"
+    );
+}
