@@ -1,5 +1,5 @@
--- Least-privilege database roles for campaign-sender. Run once per database by its owner (the
--- role that runs `campaign-sender migrate`), after the migrations:
+-- Least-privilege database roles for campaign-sender. `campaign-sender migrate` applies this
+-- file after the migrations (src/store/roles.rs embeds it), as the owner; by hand it is:
 --
 --   psql "$MIGRATE_DATABASE_URL" -v ON_ERROR_STOP=1 -f docs/roles.sql
 --   psql "$MIGRATE_DATABASE_URL" -c "ALTER ROLE campaign_sender_worker PASSWORD '…'"   -- or IAM auth

@@ -107,14 +107,24 @@ async fn migrate(cfg: &DbConfig) -> u8 {
         Ok(p) => p,
         Err(e) => return db.report(&e),
     };
-    match MIGRATOR.run(&pool).await {
+    if let Err(e) = MIGRATOR.run(&pool).await {
+        error!(error = %e, "migration failed; the database is unchanged past the last applied migration");
+        return 1;
+    }
+    info!("migrations applied");
+    match crate::store::roles::grant(&pool).await {
         Ok(()) => {
-            tracing::info!("migrations applied");
+            info!("the roles of docs/roles.sql are granted");
             exit::DONE
         }
         Err(e) => {
-            error!(error = %e, "migration failed; the database is unchanged past the last applied migration");
-            1
+            let denied = connect::sqlstate(&e).as_deref() == Some("42501");
+            error!(error = %connect::error_text(&e), "the migrations are applied, but granting the roles of docs/roles.sql failed: the owner needs CREATEROLE, or create the roles first; then run migrate again");
+            if denied {
+                exit::NO_PERMISSION
+            } else {
+                1
+            }
         }
     }
 }

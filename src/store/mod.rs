@@ -28,6 +28,7 @@ pub mod import;
 pub mod outage;
 pub mod problem;
 pub mod rate;
+pub mod roles;
 pub mod targets;
 
 pub use connect::{connect, schema_ready, Patience, MIGRATOR};

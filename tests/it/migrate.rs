@@ -58,6 +58,22 @@ async fn migrate_is_safe_when_four_pods_run_it_at_the_same_moment(pool: PgPool) 
     // And the schema works.
     seed(&pool, CAMPAIGN, 3).await;
     assert_eq!(states(&pool).await.get("pending"), Some(&3));
+    // The roles of docs/roles.sql are granted by migrate itself (nothing else granted them in
+    // this fresh database): the worker role reads and claims, and still cannot insert.
+    let mut as_worker = reqwest::Url::parse(&url).unwrap();
+    as_worker.set_username(WORKER_ROLE).unwrap();
+    let worker = PgPool::connect(as_worker.as_str()).await.unwrap();
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM campaign_targets")
+        .fetch_one(&worker)
+        .await
+        .expect("migrate granted the worker role its reads");
+    assert_eq!(n, 3);
+    let insert = sqlx::query(
+        "INSERT INTO campaign_targets (campaign_id, member_id, email) VALUES ('x', 1, 'a@b.c')",
+    )
+    .execute(&worker)
+    .await;
+    assert!(insert.is_err(), "the worker role may insert");
 }
 
 /// The schema as the catalog sees it: columns, constraints, index definitions.
