@@ -1,0 +1,84 @@
+//! The fake provider's own tests: the GCRA limit, the accepted-request record, chaos.
+
+use super::*;
+
+#[test]
+fn gcra_admits_rate_plus_burst_in_any_second() {
+    let p = FakeProvider::new(FakeConfig {
+        rate_per_s: Some(100.0),
+        burst: 10,
+        ..Default::default()
+    });
+    let mut inner = p.inner.lock().unwrap();
+    let start = Instant::now();
+    let mut admitted = 0;
+    // 1000 arrivals spread evenly over one second (1 ms apart): 100/s + a burst of 10.
+    for i in 0..1000u64 {
+        if matches!(
+            p.admit(&mut inner, start + Duration::from_millis(i)),
+            Verdict::Accepted
+        ) {
+            admitted += 1;
+        }
+    }
+    assert!((100..=111).contains(&admitted), "admitted {admitted}");
+}
+
+#[test]
+fn only_accepted_requests_are_timed_as_accepted() {
+    let p = FakeProvider::new(FakeConfig {
+        rate_per_s: Some(100.0),
+        burst: 0,
+        ..Default::default()
+    });
+    let start = Instant::now();
+    // Three at once: the first is accepted, the next two are throttled.
+    let verdicts: Vec<bool> = (0..3)
+        .map(|_| matches!(p.admit_counted(start, 0, "w".into()), Verdict::Accepted))
+        .collect();
+    assert_eq!(verdicts, [true, false, false]);
+    assert_eq!(p.accepted_ms().len(), 1);
+}
+
+fn send_headers(key: &str) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    h.insert("idempotency-key", key.parse().unwrap());
+    h
+}
+
+#[tokio::test]
+async fn a_chaos_storm_answers_429_with_retry_after_apart_from_the_limit_and_then_ends() {
+    let p = FakeProvider::new(FakeConfig::default());
+    let body = br#"{"to":"a@example.com","member_id":1,"template":"t"}"#;
+    p.set_chaos(ChaosRequest {
+        kind: ChaosKind::Storm429,
+        seconds: 0.3,
+        retry_after_s: 7,
+        ..Default::default()
+    });
+    let r = p.handle(send_headers("t:1"), body).await;
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(r.headers()["retry-after"], "7");
+    p.set_chaos(ChaosRequest {
+        kind: ChaosKind::Burst5xx,
+        seconds: 0.3,
+        retry_after_s: 1,
+        ..Default::default()
+    });
+    assert!(p
+        .handle(send_headers("t:1"), body)
+        .await
+        .status()
+        .is_server_error());
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    assert_eq!(
+        p.handle(send_headers("t:1"), body).await.status(),
+        StatusCode::OK
+    );
+    let s = p.stats();
+    assert_eq!(
+        (s.chaos_429, s.chaos_5xx, s.throttled_429, s.delivered),
+        (1, 1, 0, 1)
+    );
+    assert_eq!(s.max_offered_in_1s, 3);
+}
