@@ -276,3 +276,44 @@ pub fn report_of(child: &mut Child) -> anyhow::Result<Option<serde_json::Value>>
         .last()
         .and_then(|l| serde_json::from_str(l).ok()))
 }
+
+/// Which waiting rows an opt-out picks: the next in line (`ORDER BY priority DESC,
+/// member_id`, what a claim would take first) or any.
+#[derive(Clone, Copy)]
+pub enum Waiting {
+    NextInLine,
+    Random,
+}
+
+/// Opts out `n` rows of `campaign` as the other system does: half among the waiting rows, half
+/// among the rows in flight (`sending`). Returns their ids and when (Unix ms).
+pub async fn opt_out(
+    pool: &sqlx::PgPool,
+    campaign: &str,
+    n: i64,
+    waiting: Waiting,
+) -> anyhow::Result<(Vec<i64>, u64)> {
+    let order = match waiting {
+        Waiting::NextInLine => "priority DESC, member_id",
+        Waiting::Random => "random()",
+    };
+    let sql = format!(
+        "WITH picked AS (
+             (SELECT member_id FROM campaign_targets
+               WHERE campaign_id = $1 AND opted_out_at IS NULL AND state = 'pending'
+               ORDER BY {order} LIMIT $2)
+             UNION ALL
+             (SELECT member_id FROM campaign_targets
+               WHERE campaign_id = $1 AND opted_out_at IS NULL AND state = 'sending'
+               ORDER BY random() LIMIT $2))
+         UPDATE campaign_targets t SET opted_out_at = now()
+           FROM picked WHERE t.campaign_id = $1 AND t.member_id = picked.member_id
+         RETURNING t.member_id"
+    );
+    let ids: Vec<i64> = sqlx::query_scalar(&sql)
+        .bind(campaign)
+        .bind(n / 2)
+        .fetch_all(pool)
+        .await?;
+    Ok((ids, unix_ms()))
+}

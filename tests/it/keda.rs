@@ -32,6 +32,13 @@ fn backlog_query(id: &str) -> String {
     parts.join("'")
 }
 
+/// A connection as KEDA makes it: the role of docs/roles.sql it has, nothing more.
+async fn as_keda(pool: &PgPool) -> PgPool {
+    PgPool::connect(&role_url(pool, KEDA_ROLE).await)
+        .await
+        .unwrap()
+}
+
 async fn keda_count(keda: &PgPool) -> i64 {
     sqlx::query_scalar(&backlog_query(CAMPAIGN))
         .fetch_one(keda)
@@ -72,9 +79,7 @@ async fn keda_counts_sendable_rows_as_its_own_role_and_nothing_while_paused_or_c
     .execute(&pool)
     .await
     .unwrap();
-    let keda = PgPool::connect(&role_url(&pool, KEDA_ROLE).await)
-        .await
-        .unwrap();
+    let keda = as_keda(&pool).await;
     // 50 rows, 5 opted out, 10 sent; the other campaign's 20 are not ours.
     assert_eq!(keda_count(&keda).await, 35);
 
@@ -130,9 +135,7 @@ async fn the_keda_query_reads_the_work_set_index_not_the_table(pool: PgPool) {
         .execute(&pool)
         .await
         .unwrap();
-    let keda = PgPool::connect(&role_url(&pool, KEDA_ROLE).await)
-        .await
-        .unwrap();
+    let keda = as_keda(&pool).await;
     let plan: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN {}", backlog_query(CAMPAIGN)))
         .fetch_all(&keda)
         .await

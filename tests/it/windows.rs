@@ -297,40 +297,18 @@ async fn claims_take_the_highest_priority_first_and_a_backoff_blocks_nothing(poo
         .await
         .unwrap();
     let s = store(&pool);
-    let lease = Duration::from_secs(60);
-    let first: Vec<i64> = s
-        .claim(100, lease)
-        .await
-        .unwrap()
-        .rows
-        .iter()
-        .map(|r| r.member_id)
-        .collect();
+    let first = claimed(&s, 100).await;
     let mut want: Vec<i64> = (5..=299).step_by(3).collect(); // priority 2 but member 2
     want.push(1); // then priority 1, lowest member first
     assert_eq!(first, want);
-    let next: Vec<i64> = s
-        .claim(3, lease)
-        .await
-        .unwrap()
-        .rows
-        .iter()
-        .map(|r| r.member_id)
-        .collect();
+    let next = claimed(&s, 3).await;
     assert_eq!(next, vec![4, 7, 10]);
 
     sqlx::query("UPDATE campaign_targets SET not_before = now() WHERE member_id = 2")
         .execute(&pool)
         .await
         .unwrap();
-    let back: Vec<i64> = s
-        .claim(1, lease)
-        .await
-        .unwrap()
-        .rows
-        .iter()
-        .map(|r| r.member_id)
-        .collect();
+    let back = claimed(&s, 1).await;
     assert_eq!(back, vec![2], "the row back from backoff lost its priority");
 }
 
@@ -342,15 +320,7 @@ async fn a_row_is_not_claimed_before_its_send_after(pool: PgPool) {
         .await
         .unwrap();
     let s = store(&pool);
-    let lease = Duration::from_secs(60);
-    let ids: Vec<i64> = s
-        .claim(10, lease)
-        .await
-        .unwrap()
-        .rows
-        .iter()
-        .map(|r| r.member_id)
-        .collect();
+    let ids = claimed(&s, 10).await;
     assert_eq!(ids, vec![6, 7, 8, 9, 10]);
     sqlx::query(
         "UPDATE campaign_targets SET send_after = now() - interval '1 second' WHERE member_id = 3",
@@ -358,14 +328,7 @@ async fn a_row_is_not_claimed_before_its_send_after(pool: PgPool) {
     .execute(&pool)
     .await
     .unwrap();
-    let ids: Vec<i64> = s
-        .claim(10, lease)
-        .await
-        .unwrap()
-        .rows
-        .iter()
-        .map(|r| r.member_id)
-        .collect();
+    let ids = claimed(&s, 10).await;
     assert_eq!(ids, vec![3]);
 }
 
@@ -460,4 +423,15 @@ fn tempfile_dir(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("{name}-{}-{}", std::process::id(), unix_ms_now()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// Claims up to `n` rows (a one-minute lease) and lists their members in claim order.
+async fn claimed(s: &campaign_sender::store::Store, n: u32) -> Vec<i64> {
+    s.claim(n, Duration::from_secs(60))
+        .await
+        .unwrap()
+        .rows
+        .iter()
+        .map(|r| r.member_id)
+        .collect()
 }

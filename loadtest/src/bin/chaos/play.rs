@@ -464,7 +464,7 @@ pub async fn opt_out(pool: &PgPool, n: i64) -> anyhow::Result<(Vec<i64>, u64)> {
     // PostgreSQL picks it as a deadlock victim against a worker's write.
     let mut tries = 0;
     loop {
-        match opt_out_once(pool, n).await {
+        match loadtest::opt_out(pool, CAMPAIGN, n, loadtest::Waiting::Random).await {
             Err(e) if tries < 5 => {
                 tries += 1;
                 eprintln!("  opt-out retried: {e}");
@@ -473,27 +473,6 @@ pub async fn opt_out(pool: &PgPool, n: i64) -> anyhow::Result<(Vec<i64>, u64)> {
             r => return r,
         }
     }
-}
-
-async fn opt_out_once(pool: &PgPool, n: i64) -> anyhow::Result<(Vec<i64>, u64)> {
-    let ids: Vec<i64> = sqlx::query_scalar(
-        "WITH picked AS (
-             (SELECT member_id FROM campaign_targets
-               WHERE campaign_id = $1 AND opted_out_at IS NULL AND state = 'pending'
-               ORDER BY random() LIMIT $2)
-             UNION ALL
-             (SELECT member_id FROM campaign_targets
-               WHERE campaign_id = $1 AND opted_out_at IS NULL AND state = 'sending'
-               ORDER BY random() LIMIT $2))
-         UPDATE campaign_targets t SET opted_out_at = now()
-           FROM picked WHERE t.campaign_id = $1 AND t.member_id = picked.member_id
-         RETURNING t.member_id",
-    )
-    .bind(CAMPAIGN)
-    .bind(n / 2)
-    .fetch_all(pool)
-    .await?;
-    Ok((ids, unix_ms()))
 }
 
 /// The newest `/usr/lib/postgresql/*/bin` (for the restart, unless `--pg-bin` says otherwise).

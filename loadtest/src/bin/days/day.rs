@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use fake_provider::{Delivery, Stats};
-use loadtest::unix_ms;
 use rand::Rng;
 use sqlx::PgPool;
 
@@ -186,7 +185,9 @@ impl Day {
                 ])?;
             }
             Ev::Fire(q) => fleet.fire(&format!("d{}q{q}", self.n))?,
-            Ev::OptOut => self.optouts.push(opt_out(pool, a.optouts).await?),
+            Ev::OptOut => self.optouts.push(
+                loadtest::opt_out(pool, CAMPAIGN, a.optouts, loadtest::Waiting::NextInLine).await?,
+            ),
             Ev::Kill => {
                 if fleet.kill_one(rng, Duration::from_secs(1))? {
                     self.kills += 1;
@@ -347,29 +348,6 @@ async fn priority_frontier(
     .fetch_one(pool)
     .await?;
     Ok((min_sent, max_waiting))
-}
-
-/// Opts out `n` rows, as the other system does: half among the rows next in line (pending, the
-/// highest priority), half in flight (`sending`).
-async fn opt_out(pool: &PgPool, n: i64) -> anyhow::Result<(Vec<i64>, u64)> {
-    let ids: Vec<i64> = sqlx::query_scalar(
-        "WITH picked AS (
-             (SELECT member_id FROM campaign_targets
-               WHERE campaign_id = $1 AND opted_out_at IS NULL AND state = 'pending'
-               ORDER BY priority DESC, member_id LIMIT $2)
-             UNION ALL
-             (SELECT member_id FROM campaign_targets
-               WHERE campaign_id = $1 AND opted_out_at IS NULL AND state = 'sending'
-               ORDER BY random() LIMIT $2))
-         UPDATE campaign_targets t SET opted_out_at = now()
-           FROM picked WHERE t.campaign_id = $1 AND t.member_id = picked.member_id
-         RETURNING t.member_id",
-    )
-    .bind(CAMPAIGN)
-    .bind(n / 2)
-    .fetch_all(pool)
-    .await?;
-    Ok((ids, unix_ms()))
 }
 
 fn ms(t: DateTime<Utc>) -> u64 {
