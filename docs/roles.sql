@@ -51,14 +51,15 @@ $$;
 
 -- Nothing by default: only the grants below.
 REVOKE ALL ON campaign_targets, rate_limits, rate_pods, rate_usage, campaigns, run_budgets,
-    _sqlx_migrations FROM campaign_sender_worker, campaign_sender_operator, campaign_sender_keda;
+    suppressions, _sqlx_migrations FROM campaign_sender_worker, campaign_sender_operator, campaign_sender_keda;
 GRANT USAGE ON SCHEMA public TO campaign_sender_worker, campaign_sender_operator,
     campaign_sender_keda;
 
 GRANT SELECT ON campaign_targets TO campaign_sender_worker;
 GRANT UPDATE (state, attempts, not_before, lease_until, claim_id, last_status, last_error,
-              updated_at, sent_at)
+              updated_at, sent_at, started_at, unknown_since)
     ON campaign_targets TO campaign_sender_worker;
+GRANT SELECT ON suppressions TO campaign_sender_worker;
 GRANT SELECT, INSERT ON rate_limits TO campaign_sender_worker;
 -- Not override_*: a live limit is the operator's (`campaign-sender limit`).
 GRANT UPDATE (limit_key, effective_per_s, paused_until, last_decrease_at, updated_at, refused_at,
@@ -82,8 +83,10 @@ GRANT INSERT (limit_key, effective_per_s, updated_at, override_per_s, override_s
     ON rate_limits TO campaign_sender_operator;
 GRANT INSERT (campaign_id, member_id, email, priority, send_after)
     ON campaign_targets TO campaign_sender_operator;
-GRANT UPDATE (state, attempts, not_before, lease_until, updated_at)
+GRANT UPDATE (state, attempts, not_before, lease_until, updated_at, sent_at, last_error,
+              unknown_since)
     ON campaign_targets TO campaign_sender_operator;
+GRANT SELECT, INSERT, UPDATE, DELETE ON suppressions TO campaign_sender_operator;
 GRANT SELECT, INSERT, UPDATE ON campaigns TO campaign_sender_operator;
 
 GRANT SELECT (campaign_id, state, opted_out_at) ON campaign_targets TO campaign_sender_keda;

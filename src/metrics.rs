@@ -43,6 +43,10 @@ pub const LEASES_RENEWED_TOTAL: &str = "campaign_sender_leases_renewed_total";
 pub const STALE_WRITES_TOTAL: &str = "campaign_sender_stale_writes_total";
 /// Claimed rows given back unsent when this process stopped (deadline, SIGTERM, threshold).
 pub const ROWS_RELEASED_TOTAL: &str = "campaign_sender_rows_released_total";
+/// Rows moved out of the work set unsent, by `reason`: `suppressed` (the address is on the
+/// suppression list) or `unconfirmed` (maybe delivered, past the idempotency window: an
+/// operator must `resolve` them).
+pub const ROWS_DIVERTED_TOTAL: &str = "campaign_sender_rows_diverted_total";
 /// Rows written `sent` whose member had opted out by the time of the write.
 pub const SENT_AFTER_OPTOUT_TOTAL: &str = "campaign_sender_sent_after_optout_total";
 /// Results whose fenced write was given up after the database kept refusing it (the rows
@@ -82,6 +86,7 @@ pub const ALL: &[&str] = &[
     LEASES_RENEWED_TOTAL,
     STALE_WRITES_TOTAL,
     ROWS_RELEASED_TOTAL,
+    ROWS_DIVERTED_TOTAL,
     SENT_AFTER_OPTOUT_TOTAL,
     RESULT_WRITES_FAILED_TOTAL,
     BACKLOG_ROWS,
@@ -122,6 +127,9 @@ pub fn install(addr: SocketAddr, worker: &str) -> Result<(), String> {
 fn start_alerted_counters_at_zero() {
     for outcome in ["sent", "failed"] {
         counter!(SENDS_TOTAL, "outcome" => outcome).increment(0);
+    }
+    for reason in ["suppressed", "unconfirmed"] {
+        counter!(ROWS_DIVERTED_TOTAL, "reason" => reason).increment(0);
     }
     for name in [
         THROTTLED_TOTAL,
@@ -192,6 +200,11 @@ pub fn stale_writes(n: u64) {
 
 pub fn released(n: u64) {
     counter!(ROWS_RELEASED_TOTAL).increment(n);
+}
+
+pub fn diverted(suppressed: usize, unconfirmed: usize) {
+    counter!(ROWS_DIVERTED_TOTAL, "reason" => "suppressed").increment(suppressed as u64);
+    counter!(ROWS_DIVERTED_TOTAL, "reason" => "unconfirmed").increment(unconfirmed as u64);
 }
 
 pub fn sent_after_optout(n: u64) {

@@ -60,6 +60,14 @@ impl ErrorClass {
             ErrorClass::EndpointRefused => "endpoint_refused",
         }
     }
+
+    /// The request may have reached the provider and been delivered although we got no answer:
+    /// a timeout, or a connection broken after the request was written. (A connection that
+    /// never opened, and any HTTP answer, are definite.) Such an attempt starts the row's
+    /// idempotency window ([`crate::store::Store::finish`]).
+    pub fn outcome_unknown(self) -> bool {
+        matches!(self, ErrorClass::Timeout | ErrorClass::Transport)
+    }
 }
 
 /// An answer that is not about the recipient: the provider refuses the account (an API key
@@ -222,6 +230,23 @@ pub enum Resolution {
 }
 
 impl Resolution {
+    /// The attempt behind this resolution may have been delivered although no answer said so
+    /// ([`ErrorClass::outcome_unknown`]).
+    pub fn outcome_unknown(&self) -> bool {
+        match self {
+            Resolution::RetryAfter {
+                status: None,
+                class,
+                ..
+            }
+            | Resolution::Failed {
+                status: None,
+                class,
+            } => class.outcome_unknown(),
+            _ => false,
+        }
+    }
+
     /// The `outcome` label of `campaign_sender_sends_total`.
     pub fn outcome(&self) -> &'static str {
         match self {

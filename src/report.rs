@@ -33,6 +33,10 @@ pub struct WorkerStats {
     pub invalid_email: u64,
     /// Results the fence refused: the row had been re-claimed by someone else.
     pub stale_writes: u64,
+    /// Claimed rows whose address was on the suppression list: moved to `suppressed`, unsent.
+    pub suppressed: u64,
+    /// Claimed rows past their idempotency window: moved to `unconfirmed`, unsent.
+    pub unconfirmed: u64,
     /// Batches whose results could not be written at all (rows return after their lease).
     pub finish_errors: u64,
     /// Row leases extended by the heartbeat.
@@ -143,10 +147,11 @@ impl RunReport {
             "{worker}: {reason:?} after {el:.1}s, exit {code}\n  \
              this worker: {req} requests, {sent} sent, {retry} retries scheduled, {failed} failed, \
              {rel} released, {oo} skipped (opted out), {def} deferred (provider unreachable), \
-             {refused} refused (account or endpoint), \
+             {refused} refused (account or endpoint), {supp} suppressed, {unconf} unconfirmed, \
              {stale} stale writes\n  \
              campaign: {total} targets, {csent} sent, {cfailed} failed (budget {budget}), \
-             {pending} pending, {sending} sending, {copt} opted out",
+             {pending} pending, {sending} sending, {copt} opted out, {csupp} suppressed, \
+             {cunconf} unconfirmed",
             worker = self.worker,
             reason = self.reason,
             el = self.elapsed_s,
@@ -160,6 +165,10 @@ impl RunReport {
             def = s.deferred,
             refused = s.refused,
             stale = s.stale_writes,
+            supp = s.suppressed,
+            unconf = s.unconfirmed,
+            csupp = c.suppressed,
+            cunconf = c.unconfirmed,
             total = c.total,
             csent = c.sent,
             cfailed = c.failed,

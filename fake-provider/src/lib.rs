@@ -1,8 +1,8 @@
 //! A fake email provider with the real provider's contract, for tests and load runs.
 //!
 //! - `POST /v1/send` with `{"to", "member_id", "template"}` and `Idempotency-Key`; optional
-//!   bearer key. A key already delivered within the idempotency window (24 h) answers 200 and
-//!   is not delivered again (`duplicates_suppressed`).
+//!   bearer key. A key already delivered within the idempotency window (the key retention, 24 h
+//!   unless configured) answers 200 and is not delivered again (`duplicates_suppressed`).
 //! - A GCRA rate limit (rate, burst) answers 429 with `Retry-After` (seconds, rounded up).
 //! - The fault profile our users see: `member_id % 25 == 0` → 503 on the first attempt of that
 //!   key (4 %); `member_id % 997 == 0` → 422 always (0.1 %). Optional latency (mean ± jitter),
@@ -18,6 +18,12 @@
 //!   of a key included: what the account's limit counts.
 //! - `GET /workers`: requests by worker (the `User-Agent`'s part in parentheses) and when the
 //!   latest arrived.
+//! - `GET /suppressions`: the suppression list as CSV (`email,reason`), what the provider
+//!   exports; `POST /suppressions` `[{"email", "reason"}]` adds to it. A request for a listed
+//!   address (any case) is not delivered and answers `suppressed_status` (406, as an
+//!   "inactive recipient"), after the idempotency check.
+//! - Key retention (`idempotency_window`) and the "answered too late" fault
+//!   (`late_per_million`, `late_ms`: delivered, then the answer held past the client's timeout).
 //! - `POST /chaos` `{"kind": "storm429" | "burst5xx" | "stall" | "refuse" | "off", "seconds",
 //!   "retry_after_s", "stall_ms", "status", "worker"}`: for the chaos harness and tests, a
 //!   time-limited misbehaviour (of one worker's requests only, with `worker`) — `refuse`
@@ -39,7 +45,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
+
+mod types;
+pub use types::*;
 
 /// How the fake behaves. Every field can be set from the `fake-provider` command line.
 #[derive(Debug, Clone)]
@@ -58,7 +67,16 @@ pub struct FakeConfig {
     pub stall_per_million: u32,
     /// When set, requests must carry `Authorization: Bearer <key>`.
     pub api_key: Option<String>,
+    /// How long a delivered `Idempotency-Key` is remembered (the key retention): a repeat
+    /// within it answers 200 undelivered, one after it is delivered again.
     pub idempotency_window: Duration,
+    /// Requests per million answered too late: delivered, then the answer held `late_ms`
+    /// (past the client's timeout: it never learns the mail went).
+    pub late_per_million: u32,
+    pub late_ms: u64,
+    /// The answer to a request for an address on the fake's suppression list (not
+    /// delivered): 406 "inactive recipient" by default; 200 accepts and drops it.
+    pub suppressed_status: u16,
 }
 
 impl Default for FakeConfig {
@@ -73,120 +91,11 @@ impl Default for FakeConfig {
             stall_per_million: 0,
             api_key: None,
             idempotency_window: Duration::from_secs(24 * 3600),
+            late_per_million: 0,
+            late_ms: 0,
+            suppressed_status: 406,
         }
     }
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
-pub struct Stats {
-    pub requests: u64,
-    pub delivered: u64,
-    pub duplicates_suppressed: u64,
-    pub throttled_429: u64,
-    pub faults_503: u64,
-    pub rejected_422: u64,
-    pub bad_requests: u64,
-    pub unauthorized: u64,
-    pub members_delivered_more_than_once: u64,
-    pub max_accepted_in_1s: u64,
-    pub max_in_flight: u64,
-    /// The most requests that *arrived* in any 1-second window, whatever they were answered:
-    /// the load the senders offered, which must stay under the limit + burst.
-    #[serde(default)]
-    pub max_offered_in_1s: u64,
-    /// Requests in flight right now.
-    #[serde(default)]
-    pub in_flight: u64,
-    /// Answers forced by `POST /chaos`.
-    #[serde(default)]
-    pub chaos_429: u64,
-    #[serde(default)]
-    pub chaos_5xx: u64,
-    #[serde(default)]
-    pub chaos_stalled: u64,
-    #[serde(default)]
-    pub chaos_refused: u64,
-}
-
-/// A time-limited misbehaviour, set with `POST /chaos`.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum ChaosKind {
-    /// Every request answers 429 with `Retry-After: retry_after_s`.
-    Storm429,
-    /// Every request answers 500, 502 or 503 in turn.
-    Burst5xx,
-    /// Every request is held `stall_ms` before it is processed.
-    Stall,
-    /// Every request answers `status` (default 401: the API key was revoked or rotated).
-    Refuse,
-    /// Back to normal at once.
-    Off,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ChaosRequest {
-    pub kind: ChaosKind,
-    #[serde(default)]
-    pub seconds: f64,
-    #[serde(default = "one")]
-    pub retry_after_s: u64,
-    #[serde(default)]
-    pub stall_ms: u64,
-    /// For `refuse`: the status to answer.
-    #[serde(default = "unauthorized")]
-    pub status: u16,
-    /// Only requests from this worker (the `User-Agent`'s part in parentheses) misbehave.
-    #[serde(default)]
-    pub worker: Option<String>,
-}
-
-impl Default for ChaosRequest {
-    fn default() -> Self {
-        Self {
-            kind: ChaosKind::Off,
-            seconds: 0.0,
-            retry_after_s: 1,
-            stall_ms: 0,
-            status: 401,
-            worker: None,
-        }
-    }
-}
-
-fn one() -> u64 {
-    1
-}
-
-fn unauthorized() -> u16 {
-    401
-}
-
-/// One worker's requests as the fake saw them (`GET /workers`).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct WorkerSeen {
-    pub requests: u64,
-    /// Unix milliseconds of its latest request.
-    pub last_ms: u64,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Delivery {
-    pub template: String,
-    pub member_id: i64,
-    /// Unix milliseconds of the first delivery.
-    pub first_ms: u64,
-    pub deliveries: u64,
-    pub keys: Vec<String>,
-}
-
-/// Requests in one second of the fake's life, from one worker.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct TimelinePoint {
-    pub second: u64,
-    pub worker: String,
-    pub accepted: u64,
-    pub throttled: u64,
 }
 
 #[derive(Default)]
@@ -210,6 +119,8 @@ struct Inner {
     chaos: Option<(ChaosRequest, Instant)>,
     /// Requests by worker.
     workers: HashMap<String, WorkerSeen>,
+    /// The suppression list: lower-cased address → reason.
+    suppressed: HashMap<String, String>,
 }
 
 /// Pushes `now` into a sliding 1-second window and returns how many are in it.
@@ -365,7 +276,46 @@ impl FakeProvider {
                 .into_response();
         }
         self.simulate_latency().await;
-        self.deliver(key, req, arrived, arrived_wall)
+        let (answer, delivered) = self.deliver(key, req, arrived, arrived_wall);
+        if delivered && self.answers_late() {
+            tokio::time::sleep(Duration::from_millis(self.cfg.late_ms)).await;
+        }
+        answer
+    }
+
+    /// The "answered too late" fault: this fresh delivery's answer is held back (a repeat the
+    /// key retention suppressed is answered at once).
+    fn answers_late(&self) -> bool {
+        let late = self.cfg.late_per_million > 0
+            && rand::random_range(0..1_000_000) < self.cfg.late_per_million;
+        if late {
+            self.with(|i| i.stats.answered_late += 1);
+        }
+        late
+    }
+
+    /// Adds addresses (any case) to the suppression list, with their reason.
+    pub fn suppress(&self, entries: impl IntoIterator<Item = Suppression>) {
+        self.with(|i| {
+            for e in entries {
+                i.suppressed.insert(e.email.to_lowercase(), e.reason);
+            }
+        });
+    }
+
+    /// The suppression list, sorted by address.
+    pub fn suppressions(&self) -> Vec<Suppression> {
+        let mut v: Vec<Suppression> = self.with(|i| {
+            i.suppressed
+                .iter()
+                .map(|(email, reason)| Suppression {
+                    email: email.clone(),
+                    reason: reason.clone(),
+                })
+                .collect()
+        });
+        v.sort_by(|a, b| a.email.cmp(&b.email));
+        v
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
@@ -497,7 +447,7 @@ impl FakeProvider {
         }
     }
 
-    /// An admitted request: suppressed as a repeat of a key delivered within the idempotency
+    /// An admitted request (and whether it was delivered now): suppressed as a repeat of a key delivered within the idempotency
     /// window, failed by the fault profile, or delivered (and recorded by member).
     fn deliver(
         &self,
@@ -505,30 +455,51 @@ impl FakeProvider {
         req: SendBody,
         arrived: Instant,
         arrived_wall: SystemTime,
-    ) -> Response {
+    ) -> (Response, bool) {
         let mut inner = self.inner.lock().expect("fake lock");
         if let Some(at) = inner.delivered_keys.get(&key) {
             if arrived.duration_since(*at) < self.cfg.idempotency_window {
                 inner.stats.duplicates_suppressed += 1;
                 return (
-                    StatusCode::OK,
-                    Json(serde_json::json!({"status": "duplicate", "key": key})),
-                )
-                    .into_response();
+                    (
+                        StatusCode::OK,
+                        Json(serde_json::json!({"status": "duplicate", "key": key})),
+                    )
+                        .into_response(),
+                    false,
+                );
             }
+        }
+        if inner.suppressed.contains_key(&req.to.to_lowercase()) {
+            inner.stats.suppressed_requests += 1;
+            let status = StatusCode::from_u16(self.cfg.suppressed_status)
+                .unwrap_or(StatusCode::NOT_ACCEPTABLE);
+            return (
+                (status, "inactive recipient (suppressed)").into_response(),
+                false,
+            );
         }
         if self.cfg.always_unavailable {
             inner.stats.faults_503 += 1;
-            return (StatusCode::SERVICE_UNAVAILABLE, "unavailable").into_response();
+            return (
+                (StatusCode::SERVICE_UNAVAILABLE, "unavailable").into_response(),
+                false,
+            );
         }
         let first_attempt = inner.attempted_keys.insert(key.clone());
         if self.cfg.faults && req.member_id % 997 == 0 {
             inner.stats.rejected_422 += 1;
-            return (StatusCode::UNPROCESSABLE_ENTITY, "recipient rejected").into_response();
+            return (
+                (StatusCode::UNPROCESSABLE_ENTITY, "recipient rejected").into_response(),
+                false,
+            );
         }
         if self.cfg.faults && req.member_id % 25 == 0 && first_attempt {
             inner.stats.faults_503 += 1;
-            return (StatusCode::SERVICE_UNAVAILABLE, "try again").into_response();
+            return (
+                (StatusCode::SERVICE_UNAVAILABLE, "try again").into_response(),
+                false,
+            );
         }
         inner.delivered_keys.insert(key.clone(), arrived);
         inner.stats.delivered += 1;
@@ -549,11 +520,11 @@ impl FakeProvider {
         if rec.deliveries == 2 {
             inner.stats.members_delivered_more_than_once += 1;
         }
-        (
+        let queued = (
             StatusCode::OK,
             Json(serde_json::json!({"status": "queued", "key": key})),
-        )
-            .into_response()
+        );
+        (queued.into_response(), true)
     }
 }
 
@@ -596,6 +567,23 @@ async fn workers(State(p): State<Arc<FakeProvider>>) -> Json<HashMap<String, Wor
     Json(p.workers())
 }
 
+async fn add_suppressions(
+    State(p): State<Arc<FakeProvider>>,
+    Json(entries): Json<Vec<Suppression>>,
+) -> StatusCode {
+    p.suppress(entries);
+    StatusCode::NO_CONTENT
+}
+
+/// The suppression list as the provider exports it: CSV `email,reason` with a header.
+async fn export_suppressions(State(p): State<Arc<FakeProvider>>) -> String {
+    let mut out = String::from("email,reason\n");
+    for s in p.suppressions() {
+        out += &format!("{},{}\n", s.email, s.reason);
+    }
+    out
+}
+
 async fn chaos(State(p): State<Arc<FakeProvider>>, Json(c): Json<ChaosRequest>) -> StatusCode {
     p.set_chaos(c);
     StatusCode::NO_CONTENT
@@ -609,6 +597,10 @@ pub fn router(p: Arc<FakeProvider>) -> Router {
         .route("/timeline", get(timeline))
         .route("/accepted", get(accepted))
         .route("/chaos", post(chaos))
+        .route(
+            "/suppressions",
+            post(add_suppressions).get(export_suppressions),
+        )
         .route("/workers", get(workers))
         .route("/healthz", get(|| async { "ok" }))
         .with_state(p)

@@ -37,6 +37,17 @@ struct Args {
     /// Require `Authorization: Bearer <key>`.
     #[arg(long, env = "FAKE_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
+    /// How long a delivered Idempotency-Key is remembered, in seconds (the key retention).
+    #[arg(long, env = "FAKE_KEY_RETENTION_S", default_value_t = 86_400.0)]
+    key_retention_s: f64,
+    /// Delivered requests per million whose answer is held --late-ms (past the client's timeout).
+    #[arg(long, env = "FAKE_LATE_PPM", default_value_t = 0)]
+    late_ppm: u32,
+    #[arg(long, env = "FAKE_LATE_MS", default_value_t = 10_000)]
+    late_ms: u64,
+    /// The answer to a request for a suppressed address (406; 200 accepts and drops it).
+    #[arg(long, env = "FAKE_SUPPRESSED_STATUS", default_value_t = 406)]
+    suppressed_status: u16,
 }
 
 #[tokio::main]
@@ -57,7 +68,10 @@ async fn main() -> anyhow::Result<()> {
         latency_jitter_ms: a.jitter_ms,
         stall_per_million: a.stall_ppm,
         api_key: a.api_key,
-        idempotency_window: Duration::from_secs(24 * 3600),
+        idempotency_window: Duration::from_secs_f64(a.key_retention_s.max(0.0)),
+        late_per_million: a.late_ppm,
+        late_ms: a.late_ms,
+        suppressed_status: a.suppressed_status,
     };
     let (addr, _state, server) = spawn(cfg, a.listen).await?;
     println!("listening on http://{addr}");

@@ -1,4 +1,5 @@
-//! The fake provider's own tests: the GCRA limit, the accepted-request record, chaos.
+//! The fake provider's own tests: the GCRA limit, the accepted-request record, chaos, key
+//! retention, late answers and the suppression list.
 
 use super::*;
 
@@ -81,4 +82,70 @@ async fn a_chaos_storm_answers_429_with_retry_after_apart_from_the_limit_and_the
         (1, 1, 0, 1)
     );
     assert_eq!(s.max_offered_in_1s, 3);
+}
+
+#[tokio::test]
+async fn a_key_is_suppressed_within_its_retention_and_delivered_again_after_it() {
+    let p = FakeProvider::new(FakeConfig {
+        idempotency_window: Duration::from_millis(300),
+        ..Default::default()
+    });
+    let body = br#"{"to":"a@example.com","member_id":1,"template":"t"}"#;
+    for _ in 0..2 {
+        let r = p.handle(send_headers("t:1"), body).await;
+        assert_eq!(r.status(), StatusCode::OK);
+    }
+    assert_eq!(
+        (p.stats().delivered, p.stats().duplicates_suppressed),
+        (1, 1)
+    );
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    p.handle(send_headers("t:1"), body).await;
+    let s = p.stats();
+    assert_eq!((s.delivered, s.members_delivered_more_than_once), (2, 1));
+}
+
+#[tokio::test]
+async fn a_late_answer_is_held_only_for_a_fresh_delivery() {
+    let p = FakeProvider::new(FakeConfig {
+        late_per_million: 1_000_000,
+        late_ms: 400,
+        ..Default::default()
+    });
+    let body = br#"{"to":"a@example.com","member_id":1,"template":"t"}"#;
+    let t0 = Instant::now();
+    p.handle(send_headers("t:1"), body).await;
+    assert!(
+        t0.elapsed() >= Duration::from_millis(400),
+        "the first answer is late"
+    );
+    let t1 = Instant::now();
+    p.handle(send_headers("t:1"), body).await;
+    assert!(
+        t1.elapsed() < Duration::from_millis(400),
+        "a suppressed repeat is not"
+    );
+    let s = p.stats();
+    assert_eq!((s.delivered, s.answered_late), (1, 1));
+}
+
+#[tokio::test]
+async fn a_suppressed_address_is_refused_in_any_case_and_never_delivered() {
+    let p = FakeProvider::new(FakeConfig::default());
+    p.suppress([Suppression {
+        email: "A@Example.com".into(),
+        reason: "hard_bounce".into(),
+    }]);
+    let body = br#"{"to":"a@EXAMPLE.com","member_id":1,"template":"t"}"#;
+    let r = p.handle(send_headers("t:1"), body).await;
+    assert_eq!(r.status(), StatusCode::NOT_ACCEPTABLE);
+    let s = p.stats();
+    assert_eq!((s.delivered, s.suppressed_requests), (0, 1));
+    assert_eq!(
+        p.suppressions(),
+        [Suppression {
+            email: "a@example.com".into(),
+            reason: "hard_bounce".into()
+        }]
+    );
 }

@@ -117,6 +117,40 @@ pub enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Settles the campaign's `unconfirmed` rows — maybe delivered, past the provider's
+    /// idempotency window (IDEMPOTENCY_WINDOW_S), so not re-sent by themselves — and prints
+    /// how many. `--assume-sent` risks a member missing the mail; `--resend` risks a member
+    /// getting it twice (opted-out rows are never resent).
+    #[command(group = clap::ArgGroup::new("how").required(true).args(["assume_sent", "resend"]))]
+    Resolve {
+        #[arg(long)]
+        campaign: String,
+        /// Count them as sent (`sent_at` = when the unknown attempt began).
+        #[arg(long)]
+        assume_sent: bool,
+        /// Send them again under the same idempotency key.
+        #[arg(long)]
+        resend: bool,
+        /// Only rows whose unknown attempt began at or after this: RFC 3339 or a time ago
+        /// (`90m`, `2h`).
+        #[arg(long, value_parser = parse_since)]
+        since: Option<chrono::DateTime<chrono::Utc>>,
+        /// Count, change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Loads the provider's suppression list (CSV `email[,reason]`, header optional; reasons
+    /// such as hard_bounce, complaint, unsubscribe) in one transaction: any bad line and
+    /// nothing changes (exit 65). A listed address is never sent to, in any campaign; rows
+    /// already claimed are stopped before their send. Matching is on the whole address,
+    /// case-insensitive. `--remove` takes the file's addresses off the list again.
+    Suppress {
+        /// The CSV file; `-` or nothing reads standard input.
+        file: Option<std::path::PathBuf>,
+        /// Take these addresses off the list; their suppressed rows go back to pending.
+        #[arg(long)]
+        remove: bool,
+    },
     /// Writes the campaign's optional settings row: template, failure threshold, send window.
     /// Only the options given change; the pause is not touched.
     Configure {

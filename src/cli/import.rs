@@ -84,7 +84,7 @@ pub(super) async fn import_cmd(
 type Input = (Box<dyn std::io::Read + Send>, Option<u64>);
 
 /// The file (buffered, with its size for the progress bar), or standard input for `-` or none.
-fn open_input(file: Option<PathBuf>) -> Result<Input, u8> {
+pub(super) fn open_input(file: Option<PathBuf>) -> Result<Input, u8> {
     match file {
         Some(path) if path.as_os_str() != "-" => match std::fs::File::open(&path) {
             Ok(f) => {

@@ -18,6 +18,7 @@ pub mod args;
 mod import;
 pub mod operator;
 mod status;
+mod suppress;
 
 use std::time::Duration;
 

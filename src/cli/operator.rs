@@ -1,5 +1,5 @@
-//! The operator commands: `import`, `status`, `pause`, `resume`, `retry-failed`, `configure` and
-//! `limit`.
+//! The operator commands: `import`, `status`, `pause`, `resume`, `retry-failed`, `configure`,
+//! `limit`, `resolve` and `suppress`.
 //! Each one does its work through the library ([`crate::store`], [`crate::import`],
 //! [`crate::status`]), prints what happened and returns the exit code; a database error ends it
 //! through [`super::Db::report`]. Output never contains an address.
@@ -104,6 +104,16 @@ pub async fn dispatch(cmd: Command, pool: &PgPool, db: &Db<'_>, shutdown: Cancel
                 Err(e) => Err(e),
             }
         }
+        Command::Resolve {
+            campaign,
+            assume_sent,
+            resend: _,
+            since,
+            dry_run,
+        } => super::suppress::resolve(pool, &campaign, assume_sent, since, dry_run).await,
+        Command::Suppress { file, remove } => {
+            return super::suppress::suppress_cmd(pool, db, file, remove).await;
+        }
         Command::Migrate | Command::Run | Command::Serve => unreachable!("not an operator command"),
     };
     match result {
@@ -116,10 +126,11 @@ pub async fn dispatch(cmd: Command, pool: &PgPool, db: &Db<'_>, shutdown: Cancel
 /// for `import`, which loads new campaigns.
 fn named_campaign(cmd: &Command) -> Option<(&str, bool)> {
     match cmd {
-        Command::Import { .. } => None,
+        Command::Import { .. } | Command::Suppress { .. } => None,
         Command::Status { campaign, .. }
         | Command::Pause { campaign, .. }
-        | Command::RetryFailed { campaign, .. } => Some((campaign, false)),
+        | Command::RetryFailed { campaign, .. }
+        | Command::Resolve { campaign, .. } => Some((campaign, false)),
         Command::Resume { campaign, .. } => campaign.as_deref().map(|c| (c, false)),
         Command::Limit { .. } => None,
         Command::Configure {

@@ -104,6 +104,13 @@ pub struct RunConfig {
     /// ago found the member not opted out (and the row still ours).
     #[serde(default = "defaults::optout_recheck_ms")]
     pub optout_recheck_ms: u64,
+    /// `IDEMPOTENCY_WINDOW_S` (default 86400): how long the provider suppresses a repeat of an
+    /// `Idempotency-Key`. **Must not exceed the provider's retention.** A row whose attempt had
+    /// an unknown outcome (timeout, broken connection, crash mid-send) is sent again only
+    /// while that attempt is younger than this less [`RunConfig::idempotency_margin`]; after
+    /// that it becomes `unconfirmed` (`campaign-sender resolve` settles it).
+    #[serde(default = "defaults::idempotency_window_s")]
+    pub idempotency_window_s: u64,
     /// `IDLE_POLL_MS` (default 1000): longest wait between claims when only retry-waiting or
     /// leased rows remain.
     #[serde(default = "defaults::idle_poll_ms")]
@@ -181,6 +188,9 @@ mod defaults {
     }
     pub fn optout_recheck_ms() -> u64 {
         1000
+    }
+    pub fn idempotency_window_s() -> u64 {
+        86_400
     }
     pub fn idle_poll_ms() -> u64 {
         1000
@@ -309,6 +319,12 @@ impl RunConfig {
         positive("MAX_ATTEMPTS", self.max_attempts as u64)?;
         positive("BACKOFF_BASE_MS", self.backoff_base_ms)?;
         positive("OPTOUT_RECHECK_MS", self.optout_recheck_ms)?;
+        if Duration::from_secs(self.idempotency_window_s) <= self.idempotency_margin() {
+            return Err(ConfigError::new(
+                "IDEMPOTENCY_WINDOW_S",
+                "must exceed CONNECT_TIMEOUT_MS + READ_TIMEOUT_MS + OPTOUT_RECHECK_MS + 1 s (the safety margin); set it to the provider's key retention",
+            ));
+        }
         positive("IDLE_POLL_MS", self.idle_poll_ms)?;
         positive("PAUSE_POLL_MS", self.pause_poll_ms)?;
         if self.pause_poll_ms > 1000 {
@@ -376,6 +392,20 @@ impl RunConfig {
     pub fn request_timeout(&self) -> Duration {
         Duration::from_millis(self.connect_timeout_ms + self.read_timeout_ms)
     }
+    /// What is kept back from `IDEMPOTENCY_WINDOW_S`: a send starts at most
+    /// `OPTOUT_RECHECK_MS` after the re-check that allowed it and arrives at most the request
+    /// timeout later, plus a second for the clocks. A repeat that arrives within the window
+    /// is then suppressed by the provider even when it left at the last allowed moment.
+    pub fn idempotency_margin(&self) -> Duration {
+        self.request_timeout() + self.optout_recheck() + Duration::from_secs(1)
+    }
+
+    /// How long after an attempt with an unknown outcome began its row may still be sent
+    /// (`IDEMPOTENCY_WINDOW_S` less [`RunConfig::idempotency_margin`]).
+    pub fn resend_within(&self) -> Duration {
+        Duration::from_secs(self.idempotency_window_s).saturating_sub(self.idempotency_margin())
+    }
+
     pub fn rate_sync(&self) -> Duration {
         Duration::from_millis(self.rate_sync_ms)
     }

@@ -118,7 +118,7 @@ pub fn check_record(fields: &[&str], cols: Columns) -> Result<Record, String> {
 }
 
 /// Appends `value` in COPY text format (backslash escapes).
-fn push_copy_text(out: &mut Vec<u8>, value: &str) {
+pub(super) fn push_copy_text(out: &mut Vec<u8>, value: &str) {
     for b in value.bytes() {
         match b {
             b'\\' => out.extend_from_slice(b"\\\\"),

@@ -17,6 +17,7 @@
 //!   found by the database, not in a client-side set.
 
 pub mod csv;
+pub mod suppress;
 
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};

@@ -17,6 +17,7 @@ use sqlx::PgPool;
 
 use crate::store::account::{self, KeyState};
 use crate::store::campaigns::{self, Pause};
+use crate::store::suppressions::Bucket;
 use crate::store::{Progress, Reason, RowState, Store};
 use crate::window::{SendWindow, WindowState};
 
@@ -51,6 +52,10 @@ pub struct Status {
     pub retrying: Vec<Reason>,
     /// The send window, if the campaign has one.
     pub window: Option<WindowStatus>,
+    /// `suppressed` rows by the reason their address is listed for.
+    pub suppressed: Vec<Bucket>,
+    /// When the oldest `unconfirmed` row's unknown attempt began.
+    pub unconfirmed_since: Option<DateTime<Utc>>,
 }
 
 /// The send window as `status` shows it.
@@ -129,6 +134,14 @@ pub async fn gather(
     let retrying = store.reasons(RowState::Pending, TOP_REASONS).await?;
     let limits = account::keys_of_campaign(pool, campaign_id).await?;
     let c = &progress.counts;
+    let suppressed = match c.suppressed {
+        0 => Vec::new(),
+        _ => store.suppressed_by_reason().await?,
+    };
+    let unconfirmed_since = match c.unconfirmed {
+        0 => None,
+        _ => store.unconfirmed().await?.since,
+    };
     let remaining = c.pending + c.sending;
     let rate = rate_per_s(&progress);
     let window = match settings.window {
@@ -159,6 +172,8 @@ pub async fn gather(
         limits,
         failures,
         retrying,
+        suppressed,
+        unconfirmed_since,
         progress,
     })
 }
@@ -212,6 +227,8 @@ mod tests {
             failures: vec![],
             retrying: vec![],
             window: None,
+            suppressed: vec![],
+            unconfirmed_since: None,
         };
         s.progress.counts.total = 50;
         assert_eq!(
@@ -254,6 +271,8 @@ mod tests {
             failures: vec![],
             retrying: vec![],
             window: Some(window_status(w, now, 5_040_000, 100.0)),
+            suppressed: vec![],
+            unconfirmed_since: None,
         };
         s.progress.counts.total = 6_000_000;
         let text = render(&s);

@@ -24,7 +24,7 @@ fn reason(r: &Reason) -> String {
 /// The short form: `spring-sale: 812034/1200000 settled, 498.2/s, ETA 12m59s`.
 pub fn one_line(s: &Status) -> String {
     let c = &s.progress.counts;
-    let settled = c.sent + c.failed + c.opted_out;
+    let settled = c.sent + c.failed + c.opted_out + c.unconfirmed + c.suppressed;
     let eta = match (s.done, s.eta_s) {
         (true, _) => "done".to_string(),
         (_, Some(e)) => format!("ETA {}", duration(e)),
@@ -37,8 +37,15 @@ pub fn one_line(s: &Status) -> String {
     if let Some(r) = s.limits.iter().find_map(|k| k.refused.as_ref()) {
         paused += &format!(", REFUSED: {}", r.advice());
     }
+    let mut extra = String::new();
+    if c.unconfirmed > 0 {
+        extra += &format!(", {} UNCONFIRMED", c.unconfirmed);
+    }
+    if c.suppressed > 0 {
+        extra += &format!(", {} suppressed", c.suppressed);
+    }
     format!(
-        "{}: {settled}/{} settled ({} sent, {} failed, {} opted out), {:.1}/s, {eta}{paused}",
+        "{}: {settled}/{} settled ({} sent, {} failed, {} opted out{extra}), {:.1}/s, {eta}{paused}",
         s.campaign_id, c.total, c.sent, c.failed, c.opted_out, s.rate_per_s
     )
 }
@@ -87,6 +94,7 @@ fn render_counts(o: &mut String, s: &Status) {
         "targets    {} total: {} sent, {} failed ({}), {} pending ({} waiting to retry, {} scheduled for later), {} sending, {} opted out",
         c.total, c.sent, c.failed, budget(s), c.pending, s.progress.retry_waiting, s.progress.scheduled, c.sending, c.opted_out
     );
+    render_unsendable(o, s);
     // With a window, the ETA counts whole windows (its own line); without, it is the rate's.
     let eta = match s.eta_s {
         Some(e) if !s.done && s.window.is_none() => format!(", ETA {}", duration(e)),
@@ -99,6 +107,36 @@ fn render_counts(o: &mut String, s: &Status) {
     );
     if let Some(w) = &s.window {
         render_window(o, w, s.done, s.at);
+    }
+}
+
+/// The rows neither sent nor sendable: suppressed by reason, and unconfirmed with what to do.
+fn render_unsendable(o: &mut String, s: &Status) {
+    let c = &s.progress.counts;
+    if c.suppressed > 0 {
+        let reasons: Vec<String> = s
+            .suppressed
+            .iter()
+            .map(|b| format!("{} {}", b.count, b.label))
+            .collect();
+        let _ = writeln!(
+            o,
+            "suppressed {} (address on the suppression list: {})",
+            c.suppressed,
+            reasons.join(", ")
+        );
+    }
+    if c.unconfirmed > 0 {
+        let since = s
+            .unconfirmed_since
+            .map(|t| format!(" since {}", t.format("%Y-%m-%d %H:%M:%S UTC")))
+            .unwrap_or_default();
+        let _ = writeln!(
+            o,
+            "UNCONFIRMED {}{since}: maybe delivered, past the provider's idempotency window; \
+             `campaign-sender resolve --campaign {} --assume-sent | --resend` settles them",
+            c.unconfirmed, s.campaign_id
+        );
     }
 }
 

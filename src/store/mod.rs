@@ -29,6 +29,8 @@ pub mod outage;
 pub mod problem;
 pub mod rate;
 pub mod roles;
+pub mod row_state;
+pub mod suppressions;
 pub mod targets;
 
 pub use connect::{connect, schema_ready, Patience, MIGRATOR};

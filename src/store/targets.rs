@@ -10,93 +10,11 @@
 
 use std::time::Duration;
 
-use sqlx::postgres::{PgHasArrayType, PgTypeInfo, PgValueRef, Postgres};
-use sqlx::{Decode, Encode, FromRow, PgPool, Type};
+use sqlx::{FromRow, PgPool};
 use uuid::Uuid;
 
+pub use super::row_state::RowState;
 use crate::outcome::Resolution;
-
-/// Where a row is in its life. Stored as `text` under a `CHECK` (not a PostgreSQL enum: the
-/// other system that fills the table writes plain text, and a new state is then an online
-/// `CHECK` change instead of an `ALTER TYPE`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RowState {
-    /// Waiting to be claimed (maybe not before `not_before`).
-    Pending,
-    /// Claimed under `claim_id` until `lease_until`.
-    Sending,
-    /// Delivered (`sent_at` set).
-    Sent,
-    /// Given up: permanent, or out of attempts.
-    Failed,
-}
-
-impl RowState {
-    pub const ALL: [RowState; 4] = [
-        RowState::Pending,
-        RowState::Sending,
-        RowState::Sent,
-        RowState::Failed,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RowState::Pending => "pending",
-            RowState::Sending => "sending",
-            RowState::Sent => "sent",
-            RowState::Failed => "failed",
-        }
-    }
-}
-
-impl std::str::FromStr for RowState {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        RowState::ALL
-            .into_iter()
-            .find(|r| r.as_str() == s)
-            .ok_or_else(|| format!("{s:?} is not a row state"))
-    }
-}
-
-impl std::fmt::Display for RowState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-// `sqlx::Type` as the `text` it is stored as (the derive would declare a PostgreSQL type of
-// that name and look its OID up at run time; this is the builtin `text` directly).
-impl Type<Postgres> for RowState {
-    fn type_info() -> PgTypeInfo {
-        <&str as Type<Postgres>>::type_info()
-    }
-    fn compatible(ty: &PgTypeInfo) -> bool {
-        <&str as Type<Postgres>>::compatible(ty)
-    }
-}
-
-impl PgHasArrayType for RowState {
-    fn array_type_info() -> PgTypeInfo {
-        <&str as PgHasArrayType>::array_type_info()
-    }
-}
-
-impl Encode<'_, Postgres> for RowState {
-    fn encode_by_ref(
-        &self,
-        buf: &mut sqlx::postgres::PgArgumentBuffer,
-    ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
-        <&str as Encode<Postgres>>::encode(self.as_str(), buf)
-    }
-}
-
-impl<'r> Decode<'r, Postgres> for RowState {
-    fn decode(value: PgValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
-        Ok(<&str as Decode<Postgres>>::decode(value)?.parse()?)
-    }
-}
 
 /// One claimed row, as the worker needs it. The email is personal data: it goes into the
 /// request body and nowhere else.
@@ -160,6 +78,10 @@ pub struct CampaignCounts {
     /// Opted out and neither sent nor failed: never mailed, never will be (a row sent or
     /// failed before its opt-out keeps that outcome, so the buckets add up to `total`).
     pub opted_out: i64,
+    /// Maybe delivered, not safe to send again: waiting for `resolve`.
+    pub unconfirmed: i64,
+    /// Its address is on the suppression list.
+    pub suppressed: i64,
 }
 
 /// Why a claimed row must not be sent now although we claimed it (what [`Store::recheck`]
@@ -170,6 +92,21 @@ pub enum Recheck {
     OptedOut,
     /// Our lease lapsed and another worker re-claimed the row: it is not ours any more.
     TakenOver,
+    /// Its address was suppressed after the claim: the re-check moved it to `suppressed`.
+    Suppressed,
+    /// Its idempotency window closed after the claim: the re-check moved it to `unconfirmed`.
+    Unconfirmed,
+}
+
+impl Recheck {
+    fn parse(s: &str) -> Self {
+        match s {
+            "opted_out" => Recheck::OptedOut,
+            "suppressed" => Recheck::Suppressed,
+            "unconfirmed" => Recheck::Unconfirmed,
+            _ => Recheck::TakenOver,
+        }
+    }
 }
 
 /// The rows side of `status`.
@@ -213,6 +150,8 @@ struct Written {
     state: RowState,
     /// An HTTP attempt was made (else the claim's attempt is given back).
     attempted: bool,
+    /// Its outcome is unknown: it may have been delivered ([`Resolution::outcome_unknown`]).
+    unknown: bool,
     delay_ms: Option<i64>,
     status: Option<i16>,
     error: Option<&'static str>,
@@ -221,7 +160,7 @@ struct Written {
 impl Written {
     fn of(res: &Resolution) -> Self {
         let ms = |d: &Duration| Some(d.as_millis() as i64);
-        match res {
+        let written = match res {
             Resolution::Sent { status } => {
                 Self::new(RowState::Sent, true, None, Some(*status), None)
             }
@@ -249,6 +188,10 @@ impl Written {
                 None,
                 Some(class.as_str()),
             ),
+        };
+        Self {
+            unknown: res.outcome_unknown(),
+            ..written
         }
     }
 
@@ -262,6 +205,7 @@ impl Written {
         Self {
             state,
             attempted,
+            unknown: false,
             delay_ms,
             status: status.map(|s| s as i16),
             error,
@@ -303,6 +247,9 @@ impl Store {
     ///   its `send_after`; neither blocks the rows behind it;
     /// - the highest `priority` goes first, then the lowest `member_id`;
     /// - a row another worker holds is taken only after its lease expired (the crash case);
+    ///   if that holder had begun sending it (`started_at`), the send's outcome is unknown and
+    ///   `unknown_since` keeps the earliest such moment (the re-check before the next send
+    ///   applies the idempotency window to it);
     /// - the claim counts the attempt (`attempts + 1`) and stamps a new `claim_id`, which
     ///   fences off every later write by the previous holder;
     /// - it reads the partial work-set index in that order (`scripts/explain-claim.sh` fails
@@ -325,12 +272,14 @@ impl Store {
                    FOR UPDATE SKIP LOCKED
             )
             UPDATE campaign_targets t
-               SET state       = 'sending',
-                   attempts    = t.attempts + 1,
-                   claim_id    = $3,
-                   lease_until = now() + make_interval(secs => $4),
-                   not_before  = NULL,
-                   updated_at  = now()
+               SET state         = 'sending',
+                   attempts      = t.attempts + 1,
+                   claim_id      = $3,
+                   lease_until   = now() + make_interval(secs => $4),
+                   not_before    = NULL,
+                   unknown_since = coalesce(t.unknown_since, t.started_at),
+                   started_at    = NULL,
+                   updated_at    = now()
               FROM picked
              WHERE t.campaign_id = $1
                AND t.member_id = picked.member_id
@@ -351,40 +300,80 @@ impl Store {
     }
 
     /// Which of these claimed rows (member id, the claim that holds it) must not be sent now,
-    /// and why.
+    /// and why; the others are stamped as begun.
     ///
-    /// Invariant: a send starts only after this has seen the row still ours (`state =
-    /// 'sending'` under the claim we hold it by) and not opted out. Run just before sending, it
-    /// closes the window between claim and send to the freshness the caller demands. Primary-key
-    /// lookups only: cost O(rows asked).
-    pub async fn recheck(&self, rows: &[(i64, Uuid)]) -> Result<Vec<(i64, Recheck)>, sqlx::Error> {
+    /// Invariants:
+    /// - the one gate for the suppression list and the idempotency window (the claim takes
+    ///   such rows like any other, and this moves them out before any request);
+    /// - a send starts only after this has seen the row still ours (`state = 'sending'` under
+    ///   the claim we hold it by), not opted out, its address not suppressed and its
+    ///   idempotency window (`unknown_since` within `resend_within`) still open. Run just
+    ///   before sending, it closes the window between claim and send to the freshness the
+    ///   caller demands;
+    /// - a suppressed row becomes `suppressed` here, and one past its window `unconfirmed`
+    ///   (both out of our claim: no later write of ours touches them); an opted-out one is left
+    ///   to the caller to release;
+    /// - every row cleared for sending gets `started_at` (the first such stamp of the claim
+    ///   stays): if the claim's lease expires with no result written, the next claim knows
+    ///   whether a request may have left. Rows not cleared are not stamped, so a crash marks
+    ///   only what was about to be sent;
+    /// - rows are locked (`FOR UPDATE`) in the order given, so a concurrent opt-out is seen
+    ///   once it commits; primary-key lookups only: cost O(rows asked).
+    pub async fn recheck(
+        &self,
+        rows: &[(i64, Uuid)],
+        resend_within: Duration,
+    ) -> Result<Vec<(i64, Recheck)>, sqlx::Error> {
         let (ids, claims): (Vec<i64>, Vec<Uuid>) = rows.iter().copied().unzip();
         // language=PostgreSQL
         const RECHECK: &str = r#"
-            SELECT t.member_id, t.opted_out_at IS NOT NULL AS opted_out
-              FROM unnest($2::bigint[], $3::uuid[]) AS r(member_id, claim_id)
-              JOIN campaign_targets t
-                ON t.campaign_id = $1 AND t.member_id = r.member_id
-             WHERE t.opted_out_at IS NOT NULL
-                OR t.state <> 'sending'
-                OR t.claim_id IS DISTINCT FROM r.claim_id
+            WITH asked AS (
+                SELECT * FROM unnest($2::bigint[], $3::uuid[]) AS r(member_id, claim_id)
+            ),
+            verdict AS (
+                SELECT c.member_id,
+                       CASE WHEN c.opted_out_at IS NOT NULL THEN 'opted_out'
+                            WHEN EXISTS (SELECT 1 FROM suppressions s WHERE s.email = lower(c.email))
+                                 THEN 'suppressed'
+                            WHEN c.unknown_since <= now() - make_interval(secs => $4)
+                                 THEN 'unconfirmed'
+                            ELSE 'send' END AS verdict
+                  FROM asked a
+                  JOIN campaign_targets c
+                    ON c.campaign_id = $1 AND c.member_id = a.member_id
+                 WHERE c.state = 'sending'
+                   AND c.claim_id = a.claim_id
+                 ORDER BY c.member_id
+                   FOR UPDATE OF c
+            ),
+            marked AS (
+                UPDATE campaign_targets t
+                   SET state       = CASE WHEN v.verdict = 'send' THEN t.state ELSE v.verdict END,
+                       started_at  = CASE WHEN v.verdict = 'send'
+                                          THEN coalesce(t.started_at, now()) END,
+                       lease_until = CASE WHEN v.verdict = 'send' THEN t.lease_until END,
+                       updated_at  = CASE WHEN v.verdict = 'send' THEN t.updated_at ELSE now() END
+                  FROM verdict v
+                 WHERE t.campaign_id = $1
+                   AND t.member_id = v.member_id
+                   AND v.verdict <> 'opted_out'
+            )
+            SELECT member_id, verdict FROM verdict WHERE verdict <> 'send'
+            UNION ALL
+            SELECT a.member_id, 'taken_over'
+              FROM asked a
+             WHERE NOT EXISTS (SELECT 1 FROM verdict v WHERE v.member_id = a.member_id)
         "#;
-        let found: Vec<(i64, bool)> = sqlx::query_as(RECHECK)
+        let found: Vec<(i64, String)> = sqlx::query_as(RECHECK)
             .bind(&self.campaign_id)
             .bind(&ids)
             .bind(&claims)
+            .bind(resend_within.as_secs_f64())
             .fetch_all(&self.pool)
             .await?;
         Ok(found
             .into_iter()
-            .map(|(member_id, opted_out)| {
-                let why = if opted_out {
-                    Recheck::OptedOut
-                } else {
-                    Recheck::TakenOver
-                };
-                (member_id, why)
-            })
+            .map(|(member_id, why)| (member_id, Recheck::parse(&why)))
             .collect())
     }
 
@@ -436,7 +425,10 @@ impl Store {
     ///   answer, so time-budget leftovers and shutdown do not use up retries;
     /// - a retry gets `not_before = now() + delay`, so no one claims it before then;
     /// - a row written `sent` whose `opted_out_at` is set by now (the opt-out raced the request
-    ///   in flight) is counted (`campaign_sender_sent_after_optout_total`): it should stay 0.
+    ///   in flight) is counted (`campaign_sender_sent_after_optout_total`): it should stay 0;
+    /// - an attempt whose outcome is unknown (a timeout, a broken connection) starts the row's
+    ///   idempotency window at the moment its send began (`unknown_since`, the earliest one
+    ///   kept); every written row's `started_at` is cleared, since its outcome is now recorded.
     pub async fn finish(
         &self,
         claim_id: Uuid,
@@ -449,6 +441,7 @@ impl Store {
         let mut ids = Vec::with_capacity(n);
         let mut states = Vec::with_capacity(n);
         let mut attempted = Vec::with_capacity(n);
+        let mut unknown = Vec::with_capacity(n);
         let mut delays = Vec::with_capacity(n);
         let mut statuses = Vec::with_capacity(n);
         let mut errors = Vec::with_capacity(n);
@@ -457,6 +450,7 @@ impl Store {
             ids.push(*member_id);
             states.push(w.state);
             attempted.push(w.attempted);
+            unknown.push(w.unknown);
             delays.push(w.delay_ms);
             statuses.push(w.status);
             errors.push(w.error);
@@ -472,9 +466,13 @@ impl Store {
                    last_status = CASE WHEN r.attempted THEN r.status ELSE t.last_status END,
                    last_error  = CASE WHEN r.attempted THEN r.error ELSE coalesce(r.error, t.last_error) END,
                    lease_until = NULL,
+                   unknown_since = CASE WHEN r.unknown THEN coalesce(t.unknown_since, t.started_at, now())
+                                        ELSE t.unknown_since END,
+                   started_at  = NULL,
                    updated_at  = now()
-              FROM unnest($3::bigint[], $4::text[], $5::bool[], $6::bigint[], $7::int2[], $8::text[])
-                   AS r(member_id, state, attempted, delay_ms, status, error)
+              FROM unnest($3::bigint[], $4::text[], $5::bool[], $6::bigint[], $7::int2[], $8::text[],
+                          $9::bool[])
+                   AS r(member_id, state, attempted, delay_ms, status, error, unknown)
              WHERE t.campaign_id = $1
                AND t.member_id = r.member_id
                AND t.state = 'sending'
@@ -490,6 +488,7 @@ impl Store {
             .bind(&delays)
             .bind(&statuses)
             .bind(&errors)
+            .bind(&unknown)
             .fetch_all(&self.pool)
             .await?;
         Ok(Finished {
@@ -540,8 +539,8 @@ impl Store {
 
     /// Everything `status` shows about the rows, in one scan of the campaign's rows.
     ///
-    /// Invariants: the buckets partition the campaign — `sent` and `failed` are outcomes and
-    /// stand whenever the opt-out came; opted out and neither sent nor failed is not work
+    /// Invariants: the buckets partition the campaign — `sent`, `failed`, `unconfirmed` and
+    /// `suppressed` are outcomes and stand whenever the opt-out came; opted out and neither sent nor failed is not work
     /// (neither `pending` nor `sending`, but `opted_out`), so a row is never counted twice;
     /// "sent recently" counts rows whose `sent_at` is in the last minute.
     pub async fn progress(&self) -> Result<Progress, sqlx::Error> {
@@ -552,7 +551,10 @@ impl Store {
                    count(*) FILTER (WHERE state = 'failed') AS failed,
                    count(*) FILTER (WHERE state = 'pending' AND opted_out_at IS NULL) AS pending,
                    count(*) FILTER (WHERE state = 'sending' AND opted_out_at IS NULL) AS sending,
-                   count(*) FILTER (WHERE opted_out_at IS NOT NULL AND state NOT IN ('sent', 'failed')) AS opted_out,
+                   count(*) FILTER (WHERE opted_out_at IS NOT NULL
+                                      AND state IN ('pending', 'sending')) AS opted_out,
+                   count(*) FILTER (WHERE state = 'unconfirmed') AS unconfirmed,
+                   count(*) FILTER (WHERE state = 'suppressed') AS suppressed,
                    count(*) FILTER (WHERE state = 'pending' AND opted_out_at IS NULL
                                       AND not_before > now()) AS retry_waiting,
                    count(*) FILTER (WHERE state = 'pending' AND opted_out_at IS NULL

@@ -14,9 +14,9 @@ use uuid::Uuid;
 use super::pipeline::{Pipeline, Settled};
 use crate::outcome::{failure_check_due, Resolution};
 use crate::report::StopReason;
-use crate::store::campaigns;
 use crate::store::connect::error_text;
 use crate::store::outage::retrying;
+use crate::store::{campaigns, Recheck};
 
 /// Results received and not written yet, by claim.
 #[derive(Default)]
@@ -93,11 +93,16 @@ impl Pipeline<'_> {
                 self.w.recorder.settled(&res);
                 unwritten.push(claim_id, member_id, res);
             }
-            Settled::TakenOver {
+            Settled::Left {
                 claim_id,
                 member_id,
+                why,
             } => {
-                self.w.recorder.taken_over(1);
+                match why {
+                    Recheck::Suppressed => self.w.recorder.diverted(1, 0),
+                    Recheck::Unconfirmed => self.w.recorder.diverted(0, 1),
+                    Recheck::TakenOver | Recheck::OptedOut => self.w.recorder.taken_over(1),
+                }
                 self.forget(claim_id, &[member_id]);
             }
         }

@@ -1,7 +1,8 @@
 //! The gate: hands claimed rows, in claim order, to sends — each only with a free send slot, a
 //! pacer token (every HTTP attempt spends one, at this pod's share of the fleet's limit) and a
 //! re-check at most `OPTOUT_RECHECK_MS` old that saw the row still ours and not opted out
-//! ([`crate::store::Store::recheck`]). A row whose address can never be delivered fails here,
+//! ([`crate::store::Store::recheck`]), which also moves rows whose address was suppressed, or
+//! whose idempotency window closed, out of the claim. A row whose address can never be delivered fails here,
 //! once, without a token or a request. On stop, it releases everything not started.
 
 use std::collections::{HashMap, VecDeque};
@@ -173,7 +174,10 @@ impl Gate<'_, '_> {
         let (w, ids) = (self.p.w, &ids);
         // Nothing is sent after a stop, so a check still waiting for the database then is
         // given up (the rows are released) once the shutdown bound is reached.
-        let checking = w.retrying("re-checking rows before sending", || w.store.recheck(ids));
+        let within = self.p.cfg().resend_within();
+        let checking = w.retrying("re-checking rows before sending", || {
+            w.store.recheck(ids, within)
+        });
         let blocked = tokio::select! {
             checked = checking => match checked {
                 Ok(b) => b,
@@ -196,10 +200,11 @@ impl Gate<'_, '_> {
                         class: ErrorClass::OptedOut,
                     },
                 ),
-                Some(Recheck::TakenOver) => {
-                    let _ = self.out.send(Settled::TakenOver {
+                Some(&why) => {
+                    let _ = self.out.send(Settled::Left {
                         claim_id,
                         member_id: row.member_id,
+                        why,
                     });
                 }
             }

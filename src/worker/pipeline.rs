@@ -14,7 +14,7 @@ use super::shutdown::Stop;
 use super::Worker;
 use crate::config::RunConfig;
 use crate::outcome::Resolution;
-use crate::store::Remaining;
+use crate::store::{Recheck, Remaining};
 
 /// How much of its own share a pod keeps claimed ahead of its sends ([`Pipeline::low_water`]).
 pub(super) const HOLD: std::time::Duration = std::time::Duration::from_millis(500);
@@ -34,8 +34,14 @@ pub(super) enum Settled {
         member_id: i64,
         res: Resolution,
     },
-    /// No longer ours (someone re-claimed it after our lease lapsed): nothing to write.
-    TakenOver { claim_id: Uuid, member_id: i64 },
+    /// No longer ours — someone re-claimed it after our lease lapsed, or the re-check moved it
+    /// to `suppressed` or `unconfirmed` — : nothing to write.
+    Left {
+        claim_id: Uuid,
+        member_id: i64,
+        /// Never [`Recheck::OptedOut`] (an opted-out row is released and written).
+        why: Recheck,
+    },
 }
 
 pub(super) struct Pipeline<'a> {

@@ -33,6 +33,19 @@ impl Recorder {
         m::claimed(rows, reclaimed);
     }
 
+    /// Rows moved out of the work set unsent: `suppressed` (their address is on the
+    /// suppression list) and `unconfirmed` (past their idempotency window).
+    pub(crate) fn diverted(&self, suppressed: usize, unconfirmed: usize) {
+        if suppressed + unconfirmed == 0 {
+            return;
+        }
+        self.with(|s| {
+            s.suppressed += suppressed as u64;
+            s.unconfirmed += unconfirmed as u64;
+        });
+        m::diverted(suppressed, unconfirmed);
+    }
+
     /// The gate waited this long for a pacer token.
     pub(crate) fn pacer_wait(&self, waited: Duration) {
         self.with(|s| s.pacer_wait_ms += waited.as_millis() as u64);

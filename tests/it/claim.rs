@@ -256,12 +256,15 @@ async fn the_check_before_a_send_sees_rows_taken_over_by_another_claim(pool: PgP
     let (a, b) = (store(&pool), store(&pool));
     let first = a.claim(2, LEASE).await.unwrap();
     let held = held_by(&first);
-    assert!(a.recheck(&held).await.unwrap().is_empty(), "our own rows");
+    assert!(
+        a.recheck(&held, RESEND).await.unwrap().is_empty(),
+        "our own rows"
+    );
     expire_leases(&pool).await;
     b.claim(1, LEASE).await.unwrap();
     // Row 1 is B's now: A must not send it. Row 2 is still A's (expired, not re-claimed).
     assert_eq!(
-        a.recheck(&held).await.unwrap(),
+        a.recheck(&held, RESEND).await.unwrap(),
         vec![(1, Recheck::TakenOver)]
     );
 }

@@ -15,6 +15,9 @@ use fake_provider::{self, FakeConfig, FakeProvider};
 use sqlx::PgPool;
 
 pub const CAMPAIGN: &str = "spring-sale";
+/// What a store-level claim or re-check is given as its idempotency horizon: the default
+/// window's, so only tests about the window meet it.
+pub const RESEND: std::time::Duration = std::time::Duration::from_secs(86_400 - 60);
 
 /// Members 1..=n of `campaign`, each with a plausible address.
 pub async fn seed(pool: &PgPool, campaign: &str, n: i64) {
@@ -445,4 +448,14 @@ impl FrozenDb {
         u.set_port(Some(self.addr.port())).unwrap();
         u.to_string()
     }
+}
+
+pub fn temp_path(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "campaign-sender-it-{}-{}",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
 }

@@ -18,5 +18,7 @@ mod rate;
 mod security;
 mod sending;
 mod serve;
+mod suppress;
 mod tls;
+mod unconfirmed;
 mod windows;

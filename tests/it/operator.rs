@@ -50,16 +50,6 @@ async fn rows(pool: &PgPool) -> Vec<(i64, Option<String>, String, i32)> {
     .unwrap()
 }
 
-fn temp_path(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "campaign-sender-it-{}-{}",
-        std::process::id(),
-        rand::random::<u32>()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
-}
-
 // --- import -------------------------------------------------------------------------------
 
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]

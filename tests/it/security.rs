@@ -56,14 +56,15 @@ async fn the_worker_role_cannot_add_remove_or_redirect_rows_nor_touch_opt_outs(p
 }
 
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
-async fn the_operator_role_cannot_delete_rows_touch_opt_outs_or_rate_shares(pool: PgPool) {
+async fn the_operator_role_cannot_delete_rows_touch_opt_outs_fences_or_rate_shares(pool: PgPool) {
     seed(&pool, CAMPAIGN, 10).await;
     let o = connect(&operator_url(&pool).await).await;
     for sql in [
         "DELETE FROM campaign_targets",
         "UPDATE campaign_targets SET opted_out_at = NULL",
         "UPDATE campaign_targets SET email = 'other@example.com'",
-        "UPDATE campaign_targets SET sent_at = now()",
+        "UPDATE campaign_targets SET claim_id = gen_random_uuid()",
+        "UPDATE campaign_targets SET started_at = NULL",
         "DELETE FROM rate_pods",
         "UPDATE rate_limits SET effective_per_s = 1e9",
         "CREATE TABLE stolen (x int)",

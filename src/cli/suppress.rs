@@ -1,0 +1,113 @@
+//! `suppress` (the provider's suppression list) and `resolve` (rows whose delivery is unknown
+//! past the idempotency window). The work is [`crate::import::suppress`] and
+//! [`crate::store::suppressions`]; output never contains an address.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use sqlx::PgPool;
+use tracing::error;
+
+use super::import::open_input;
+use super::Db;
+use crate::exit;
+use crate::import::suppress::{suppress, Direction, SuppressReport};
+use crate::import::{ImportError, ImportProgress};
+use crate::store::suppressions::Settle;
+use crate::store::Store;
+
+pub(super) async fn suppress_cmd(
+    pool: &PgPool,
+    db: &Db<'_>,
+    file: Option<PathBuf>,
+    remove: bool,
+) -> u8 {
+    let (input, _) = match open_input(file) {
+        Ok(i) => i,
+        Err(code) => return code,
+    };
+    let direction = if remove {
+        Direction::Remove
+    } else {
+        Direction::Add
+    };
+    let opts = pool.connect_options().as_ref().clone();
+    let progress = Arc::new(ImportProgress::default());
+    match suppress(&opts, input, direction, progress).await {
+        Ok(r) => {
+            print_done(direction, &r);
+            exit::DONE
+        }
+        Err(ImportError::Rejected { errors, report }) => {
+            for e in &errors {
+                eprintln!("{e}");
+            }
+            if report.invalid > errors.len() as u64 {
+                eprintln!("… and {} more", report.invalid - errors.len() as u64);
+            }
+            eprintln!(
+                "{} of {} lines are invalid; nothing was changed. Fix them and run again",
+                report.invalid, report.records
+            );
+            exit::DATA_ERROR
+        }
+        Err(ImportError::NoRecords) => {
+            eprintln!("no addresses in the input; nothing was changed");
+            exit::DATA_ERROR
+        }
+        Err(e @ (ImportError::Input(_) | ImportError::Rejects(_))) => {
+            eprintln!("{e}; nothing was changed");
+            exit::NO_INPUT
+        }
+        Err(ImportError::Database(e)) => {
+            error!("rolled back: the suppression list is unchanged (a rerun is safe)");
+            db.report(&e)
+        }
+    }
+}
+
+fn print_done(direction: Direction, r: &SuppressReport) {
+    let secs = r.elapsed_ms as f64 / 1000.0;
+    match direction {
+        Direction::Add => println!(
+            "suppressions: {} lines read, {} addresses added, {} already listed (reason updated); {} listed in all, in {secs:.1} s",
+            r.records, r.added, r.updated, r.listed
+        ),
+        Direction::Remove => println!(
+            "suppressions: {} lines read, {} addresses removed, {} suppressed rows back to pending; {} listed in all, in {secs:.1} s",
+            r.records, r.removed, r.restored, r.listed
+        ),
+    }
+}
+
+pub(super) async fn resolve(
+    pool: &PgPool,
+    campaign: &str,
+    assume_sent: bool,
+    since: Option<chrono::DateTime<chrono::Utc>>,
+    dry_run: bool,
+) -> Result<(), sqlx::Error> {
+    let how = if assume_sent {
+        Settle::AssumeSent
+    } else {
+        Settle::Resend
+    };
+    let store = Store::new(pool.clone(), campaign);
+    let n = store.resolve(how, since, dry_run).await?;
+    let done = match (dry_run, how) {
+        (true, _) => "match; nothing changed (--dry-run)",
+        (false, Settle::AssumeSent) => "counted as sent (a member may have missed the mail)",
+        (false, Settle::Resend) => {
+            "put back to pending, to be sent again under the same key (a member may get it twice)"
+        }
+    };
+    println!("{campaign}: {n} unconfirmed rows {done}");
+    let left = store.unconfirmed().await?;
+    if left.count > 0 && !dry_run {
+        println!(
+            "{campaign}: {} unconfirmed rows left (opted out, or outside --since)",
+            left.count
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,218 @@
+//! The statements on `suppressions`, the provider's suppression list, and those of `resolve` on
+//! `unconfirmed` rows.
+//!
+//! Addresses are compared whole and case-insensitively: `suppressions.email` holds PostgreSQL's
+//! `lower()` of the address (a `CHECK` keeps it so) and every comparison takes `lower()` of the
+//! row's. The re-check before every send consults the list ([`super::Store::recheck`]); a
+//! listed address is never sent to, in any campaign.
+
+use sqlx::{FromRow, PgConnection};
+
+use super::Store;
+
+/// Inside `suppress`'s transaction: the staging table `suppress_rows (line, email, reason)`.
+///
+/// Invariant: `ON COMMIT DROP` — the staging rows vanish with the transaction, committed or not.
+pub async fn create_staging(tx: &mut PgConnection) -> Result<(), sqlx::Error> {
+    // language=PostgreSQL
+    sqlx::query("SET LOCAL work_mem = '64MB'")
+        .execute(&mut *tx)
+        .await?;
+    // language=PostgreSQL
+    sqlx::query(
+        "CREATE TEMP TABLE suppress_rows (line bigint NOT NULL, email text NOT NULL, reason text NOT NULL)
+             ON COMMIT DROP",
+    )
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
+/// The COPY the reader's chunks are streamed into (COPY text, one line per record).
+// language=PostgreSQL
+pub const COPY_STAGING: &str = "COPY suppress_rows (line, email, reason) FROM STDIN";
+
+/// What adding a list did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, FromRow)]
+pub struct Added {
+    /// Addresses new to the list.
+    pub added: i64,
+    /// Addresses already listed (their reason is now the file's).
+    pub updated: i64,
+}
+
+/// Adds the staged addresses to the list.
+///
+/// Invariants: one entry per lower-cased address (the file's last line for it wins); an
+/// address already listed keeps its `created_at` and takes the file's reason. Once committed,
+/// every send to it is stopped by the re-check before it ([`super::Store::recheck`]).
+pub async fn add(tx: &mut PgConnection) -> Result<Added, sqlx::Error> {
+    // language=PostgreSQL
+    const ADD: &str = r#"
+        WITH merged AS (
+            INSERT INTO suppressions (email, reason)
+            SELECT DISTINCT ON (lower(email)) lower(email), reason
+              FROM suppress_rows
+             ORDER BY lower(email), line DESC
+            ON CONFLICT (email) DO UPDATE SET reason = EXCLUDED.reason
+            RETURNING xmax = 0 AS inserted
+        )
+        SELECT count(*) FILTER (WHERE inserted) AS added,
+               count(*) FILTER (WHERE NOT inserted) AS updated
+          FROM merged
+    "#;
+    sqlx::query_as(ADD).fetch_one(tx).await
+}
+
+/// What lifting a list did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Lifted {
+    /// Addresses taken off the list.
+    pub removed: u64,
+    /// Rows of any campaign that were `suppressed` for them: back to `pending`.
+    pub restored: u64,
+}
+
+/// Takes the staged addresses off the list, and puts their `suppressed` rows back to
+/// `pending`.
+///
+/// Invariants: only `suppressed` rows change (found through their partial index), so no sent,
+/// failed or claimed row is touched; a restored row is claimable at once (its opt-out, if any,
+/// still keeps it out of the work set).
+pub async fn lift(tx: &mut PgConnection) -> Result<Lifted, sqlx::Error> {
+    // language=PostgreSQL
+    const REMOVE: &str = r#"
+        DELETE FROM suppressions s
+         WHERE s.email IN (SELECT lower(email) FROM suppress_rows)
+    "#;
+    // language=PostgreSQL
+    const RESTORE: &str = r#"
+        UPDATE campaign_targets t
+           SET state = 'pending', updated_at = now()
+         WHERE t.state = 'suppressed'
+           AND lower(t.email) IN (SELECT lower(email) FROM suppress_rows)
+    "#;
+    let removed = sqlx::query(REMOVE).execute(&mut *tx).await?.rows_affected();
+    let restored = sqlx::query(RESTORE)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    Ok(Lifted { removed, restored })
+}
+
+/// Addresses on the list.
+pub async fn listed_on(conn: &mut PgConnection) -> Result<i64, sqlx::Error> {
+    // language=PostgreSQL
+    sqlx::query_scalar("SELECT count(*) FROM suppressions")
+        .fetch_one(conn)
+        .await
+}
+
+/// A count of a campaign's rows by one label (a suppression reason).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, FromRow)]
+pub struct Bucket {
+    pub label: String,
+    pub count: i64,
+}
+
+/// How `resolve` settles `unconfirmed` rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settle {
+    /// Count them as delivered: a member may have missed the mail.
+    AssumeSent,
+    /// Send them again under the same key: a member may get it twice.
+    Resend,
+}
+
+/// The `unconfirmed` rows of a campaign: how many, and the oldest unknown attempt.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, FromRow)]
+pub struct Unconfirmed {
+    pub count: i64,
+    pub since: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl Store {
+    /// The campaign's `suppressed` rows by the reason their address is listed for (`lifted`
+    /// if it has been taken off the list since, by hand). Uses the partial index.
+    pub async fn suppressed_by_reason(&self) -> Result<Vec<Bucket>, sqlx::Error> {
+        // language=PostgreSQL
+        const BY_REASON: &str = r#"
+            SELECT coalesce(s.reason, 'lifted') AS label, count(*) AS count
+              FROM campaign_targets t
+              LEFT JOIN suppressions s ON s.email = lower(t.email)
+             WHERE t.campaign_id = $1 AND t.state = 'suppressed'
+             GROUP BY 1
+             ORDER BY 2 DESC, 1
+        "#;
+        sqlx::query_as(BY_REASON)
+            .bind(self.campaign_id())
+            .fetch_all(self.pool())
+            .await
+    }
+
+    /// How many rows are `unconfirmed`, and since when (the oldest unknown attempt).
+    pub async fn unconfirmed(&self) -> Result<Unconfirmed, sqlx::Error> {
+        // language=PostgreSQL
+        const UNCONFIRMED: &str = r#"
+            SELECT count(*) AS count, min(unknown_since) AS since
+              FROM campaign_targets
+             WHERE campaign_id = $1 AND state = 'unconfirmed'
+        "#;
+        sqlx::query_as(UNCONFIRMED)
+            .bind(self.campaign_id())
+            .fetch_one(self.pool())
+            .await
+    }
+
+    /// `resolve`: settles the campaign's `unconfirmed` rows whose unknown attempt began at or
+    /// after `since` (all without it). Returns how many it changed (or, with `dry_run`, would).
+    ///
+    /// Invariants:
+    /// - only `unconfirmed` rows change, so no claim is disturbed;
+    /// - [`Settle::AssumeSent`]: `sent`, with `sent_at` the moment the unknown attempt began
+    ///   and `last_error = 'assumed_sent'`, so an audit can tell them from confirmed sends;
+    /// - [`Settle::Resend`]: `pending` with its attempts reset and its unknown attempt
+    ///   forgotten (a new window starts if the next attempt is unknown too); an opted-out row
+    ///   is never resent (it stays `unconfirmed`).
+    pub async fn resolve(
+        &self,
+        how: Settle,
+        since: Option<chrono::DateTime<chrono::Utc>>,
+        dry_run: bool,
+    ) -> Result<u64, sqlx::Error> {
+        // language=PostgreSQL
+        const SELECTED: &str = r#"
+              campaign_id = $1
+          AND state = 'unconfirmed'
+          AND ($2::timestamptz IS NULL OR unknown_since >= $2)
+          AND ($3 OR opted_out_at IS NULL)
+        "#;
+        let assume = how == Settle::AssumeSent;
+        let statement = if dry_run {
+            format!("SELECT count(*) FROM campaign_targets WHERE {SELECTED}")
+        } else if assume {
+            format!(
+                "WITH s AS (UPDATE campaign_targets
+                               SET state = 'sent', sent_at = coalesce(sent_at, unknown_since, now()),
+                                   last_error = 'assumed_sent', updated_at = now()
+                             WHERE {SELECTED} RETURNING 1)
+                 SELECT count(*) FROM s"
+            )
+        } else {
+            format!(
+                "WITH s AS (UPDATE campaign_targets
+                               SET state = 'pending', attempts = 0, not_before = NULL,
+                                   unknown_since = NULL, last_error = 'resend', updated_at = now()
+                             WHERE {SELECTED} RETURNING 1)
+                 SELECT count(*) FROM s"
+            )
+        };
+        let n: i64 = sqlx::query_scalar(&statement)
+            .bind(self.campaign_id())
+            .bind(since)
+            .bind(assume)
+            .fetch_one(self.pool())
+            .await?;
+        Ok(n as u64)
+    }
+}

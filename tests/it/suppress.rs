@@ -1,0 +1,160 @@
+//! The provider's suppression list: `suppress FILE` loads it atomically, a listed address is
+//! never sent to in any campaign — also when listed mid-run — and `suppress --remove` lifts it.
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::time::Duration;
+
+use campaign_sender::exit;
+use campaign_sender::worker::Step;
+use sqlx::PgPool;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::helpers::*;
+
+/// Writes `lines` to a fresh CSV file and runs `suppress` on it (with `extra` arguments).
+async fn suppress(pool: &PgPool, lines: &[&str], extra: &[&str]) -> (i32, String, String) {
+    let path = temp_path("suppressions.csv");
+    let mut f = std::fs::File::create(&path).unwrap();
+    for l in lines {
+        writeln!(f, "{l}").unwrap();
+    }
+    drop(f);
+    let mut args = vec!["suppress", path.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let child = spawn_sender(&args, &operator_url(pool).await, &[]);
+    finish(child, Duration::from_secs(60)).await
+}
+
+async fn listed(pool: &PgPool) -> Vec<(String, String)> {
+    sqlx::query_as("SELECT email, reason FROM suppressions ORDER BY email")
+        .fetch_all(pool)
+        .await
+        .unwrap()
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_bad_line_changes_nothing_and_a_good_file_lists_each_address_once_in_lower_case(
+    pool: PgPool,
+) {
+    let good = [
+        "email,reason",
+        "Member1@Example.com,hard_bounce",
+        "member2@example.com,complaint",
+        "member1@example.COM,unsubscribe", // the same address: the last line wins
+        "",
+        "member3@example.com",
+    ];
+    let mut bad = good.to_vec();
+    bad.push("not-an-address,complaint"); // line 7
+    bad.push("member4@example.com,two words"); // line 8
+    let (code, out, err) = suppress(&pool, &bad, &[]).await;
+    assert_eq!(code, exit::DATA_ERROR as i32, "{out}\n{err}");
+    assert!(err.contains("line 7") && err.contains("line 8"), "{err}");
+    assert!(
+        !err.contains('@') && !out.contains('@'),
+        "an address was printed: {err}"
+    );
+    assert!(
+        listed(&pool).await.is_empty(),
+        "nothing is listed after a bad line"
+    );
+    let (code, out, err) = suppress(&pool, &good, &[]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("3 addresses added"), "{out}");
+    assert_eq!(
+        listed(&pool).await,
+        [
+            ("member1@example.com".into(), "unsubscribe".into()),
+            ("member2@example.com".into(), "complaint".into()),
+            ("member3@example.com".into(), "unspecified".into()),
+        ]
+    );
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_listed_address_is_never_sent_to_in_any_campaign_and_remove_lifts_it(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 10).await;
+    seed(&pool, "autumn-sale", 10).await;
+    let (code, _, err) = suppress(&pool, &["MEMBER3@example.com,hard_bounce"], &[]).await;
+    assert_eq!(code, 0, "{err}");
+    let p = slow_provider(0).await;
+    for campaign in [CAMPAIGN, "autumn-sale"] {
+        let mut cfg = config(&p.url);
+        cfg.campaign_id = campaign.into();
+        let report = run_to_end(&pool, cfg).await;
+        assert_eq!((report.stats.sent, report.stats.suppressed), (9, 1));
+    }
+    assert!(p.fake.deliveries().iter().all(|d| d.member_id != 3));
+    assert_eq!(states(&pool).await["suppressed"], 1);
+    let by_reason = store(&pool).suppressed_by_reason().await.unwrap();
+    assert_eq!(
+        (by_reason[0].label.as_str(), by_reason[0].count),
+        ("hard_bounce", 1)
+    );
+    let status = spawn_sender(
+        &["status", "--campaign", CAMPAIGN],
+        &operator_url(&pool).await,
+        &[],
+    );
+    let (_, out, _) = finish(status, Duration::from_secs(20)).await;
+    assert!(
+        out.contains("suppressed 1 (address on the suppression list: 1 hard_bounce)"),
+        "{out}"
+    );
+
+    let (code, out, err) = suppress(&pool, &["member3@EXAMPLE.com"], &["--remove"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("1 addresses removed, 2 suppressed rows back to pending"),
+        "{out}"
+    );
+    run_to_end(&pool, config(&p.url)).await;
+    assert_eq!(states(&pool).await["sent"], 10);
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn an_address_listed_mid_run_is_not_sent_to_after_the_recheck(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 40).await;
+    let p = slow_provider(100).await;
+    let mut cfg = config(&p.url);
+    cfg.send_concurrency = 1;
+    cfg.optout_recheck_ms = 50;
+    let w = worker(&pool, cfg).await;
+    let listed = |m: i64| m > 30 || (11..=15).contains(&m);
+    let list = {
+        let (pool, p) = (pool.clone(), &p);
+        async move {
+            // All 40 are claimed at once and sent one at a time, 100 ms each; 11..=15 were
+            // cleared by the first re-check, so only one within OPTOUT_RECHECK_MS of their
+            // send can stop them.
+            until_stats(p, Duration::from_secs(30), "three delivered", |s| {
+                s.delivered >= 3
+            })
+            .await;
+            sqlx::query(
+                "INSERT INTO suppressions (email, reason)
+                 SELECT 'member' || g || '@example.com', 'complaint'
+                   FROM generate_series(1, 40) g
+                  WHERE g > 30 OR g BETWEEN 11 AND 15",
+            )
+            .execute(&pool)
+            .await
+            .unwrap();
+        }
+    };
+    let cancel = CancellationToken::new();
+    let far = Instant::now() + Duration::from_secs(3600);
+    let (step, _) = tokio::join!(w.step(far, &cancel), list);
+    assert!(matches!(step.unwrap(), Step::Worked { claimed: 40 }));
+    let delivered: HashSet<i64> = p.fake.deliveries().iter().map(|d| d.member_id).collect();
+    assert!(
+        delivered.iter().all(|&m| !listed(m)),
+        "sent after listing: {delivered:?}"
+    );
+    assert_eq!(delivered.len(), 25);
+    assert_eq!(w.stats().suppressed, 15);
+    assert_eq!(states(&pool).await["suppressed"], 15);
+    assert_eq!(store(&pool).remaining().await.unwrap().total(), 0);
+}
