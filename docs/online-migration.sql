@@ -1,7 +1,7 @@
 -- The online-safe form of the migrations that touch campaign_targets, for a large live table
 -- (our users: 1.2 M rows on Cloud SQL, the old CronJob possibly still reading it): steps 1-4
 -- are migrations/20261202000001_campaign_targets.sql, step 5 the table's part of
--- migrations/20261205000004_spanning_days.sql. Run it statement by statement with psql BEFORE
+-- migrations/20261205000004_spanning_days.sql, step 6 migrations/20261205000006_…. Run it statement by statement with psql BEFORE
 -- the `campaign-sender migrate` that applies them (docs/MIGRATION.md); those migrations then
 -- find everything in place. Each statement is safe to run again.
 -- Nothing here holds a lock that blocks reads or writes for longer than a catalog update.
@@ -67,5 +67,34 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS campaign_targets_work_prio_idx
     WHERE state IN ('pending', 'sending') AND opted_out_at IS NULL;
 
 DROP INDEX CONCURRENTLY IF EXISTS campaign_targets_work_idx;
+
+-- 6. Unconfirmed rows and the suppression list (migrations/20261205000006_…): two
+--    metadata-only columns; the state CHECK replaced by a wider one, NOT VALID then validated
+--    (one statement drops the old one and adds it, so a row is never unchecked); two small partial
+--    indexes built without blocking writes; a new table.
+ALTER TABLE campaign_targets
+    ADD COLUMN IF NOT EXISTS started_at    timestamptz,
+    ADD COLUMN IF NOT EXISTS unknown_since timestamptz;
+
+ALTER TABLE campaign_targets
+    DROP CONSTRAINT IF EXISTS campaign_targets_state_check,
+    ADD CONSTRAINT campaign_targets_state_check
+    CHECK (state IN ('pending', 'sending', 'sent', 'failed', 'unconfirmed', 'suppressed')) NOT VALID;
+
+ALTER TABLE campaign_targets VALIDATE CONSTRAINT campaign_targets_state_check;
+
+CREATE INDEX CONCURRENTLY IF NOT EXISTS campaign_targets_unconfirmed_idx
+    ON campaign_targets (campaign_id, unknown_since)
+    WHERE state = 'unconfirmed';
+
+CREATE INDEX CONCURRENTLY IF NOT EXISTS campaign_targets_suppressed_idx
+    ON campaign_targets (campaign_id)
+    WHERE state = 'suppressed';
+
+CREATE TABLE IF NOT EXISTS suppressions (
+    email      text        PRIMARY KEY CHECK (email = lower(email) AND email <> ''),
+    reason     text        NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
 
 RESET lock_timeout;

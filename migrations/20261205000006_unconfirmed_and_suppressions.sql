@@ -21,10 +21,19 @@ ALTER TABLE campaign_targets
 -- - 'unconfirmed': may have been delivered, cannot be re-sent safely (see above);
 -- - 'suppressed': its address is on the suppression list (`campaign-sender suppress`); back to
 --   'pending' when `suppress --remove` lifts it.
-ALTER TABLE campaign_targets DROP CONSTRAINT IF EXISTS campaign_targets_state_check;
-ALTER TABLE campaign_targets
-    ADD CONSTRAINT campaign_targets_state_check
-    CHECK (state IN ('pending', 'sending', 'sent', 'failed', 'unconfirmed', 'suppressed'));
+-- Replaced only if it is still the narrower one (docs/online-migration.sql may have done it).
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint
+                    WHERE conname = 'campaign_targets_state_check'
+                      AND pg_get_constraintdef(oid) LIKE '%suppressed%') THEN
+        ALTER TABLE campaign_targets DROP CONSTRAINT IF EXISTS campaign_targets_state_check;
+        ALTER TABLE campaign_targets
+            ADD CONSTRAINT campaign_targets_state_check
+            CHECK (state IN ('pending', 'sending', 'sent', 'failed', 'unconfirmed', 'suppressed'));
+    END IF;
+END
+$$;
 
 -- Few rows each: `status` counts them, `resolve` and `suppress --remove` find them, without a
 -- scan of the campaign.

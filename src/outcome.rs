@@ -440,6 +440,35 @@ mod tests {
     }
 
     #[test]
+    fn only_an_attempt_without_any_answer_has_an_unknown_outcome() {
+        let retry = |status, class| Resolution::RetryAfter {
+            delay: Duration::ZERO,
+            status,
+            class,
+        };
+        assert!(retry(None, ErrorClass::Timeout).outcome_unknown());
+        assert!(Resolution::Failed {
+            status: None,
+            class: ErrorClass::Transport
+        }
+        .outcome_unknown());
+        for definite in [
+            retry(Some(503), ErrorClass::ServerError),
+            retry(Some(429), ErrorClass::Throttled),
+            Resolution::Sent { status: 200 },
+            Resolution::Deferred {
+                delay: Duration::ZERO,
+                class: ErrorClass::Connect,
+            },
+            Resolution::Released {
+                class: ErrorClass::Released,
+            },
+        ] {
+            assert!(!definite.outcome_unknown(), "{definite:?}");
+        }
+    }
+
+    #[test]
     fn status_classes_follow_the_provider_contract() {
         assert_eq!(classify(200, None), Attempt::Sent { status: 200 });
         assert_eq!(classify(202, None), Attempt::Sent { status: 202 });

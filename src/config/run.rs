@@ -528,6 +528,19 @@ mod tests {
             (200, 30, 5, 3300)
         );
         assert_eq!((c.connect_timeout_ms, c.read_timeout_ms), (2000, 5000));
+        assert_eq!(c.idempotency_window_s, 86_400);
+    }
+
+    #[test]
+    fn an_unknown_outcome_is_resent_only_until_the_window_less_the_request_and_the_recheck() {
+        let c = RunConfig::from_vars(vars(&[("IDEMPOTENCY_WINDOW_S", "20")])).unwrap();
+        // 20 s less 2 s connect + 5 s read + 1 s re-check + 1 s for the clocks.
+        assert_eq!(c.resend_within(), Duration::from_secs(11));
+        for too_short in ["9", "0"] {
+            let err =
+                RunConfig::from_vars(vars(&[("IDEMPOTENCY_WINDOW_S", too_short)])).unwrap_err();
+            assert_eq!(err.var, "IDEMPOTENCY_WINDOW_S", "{too_short}: {err}");
+        }
     }
 
     #[test]
@@ -549,6 +562,7 @@ mod tests {
             ("RATE_SHARE_TTL_MS", "500"),
             ("RATE_LIMIT_KEY", ""),
             ("METRICS_ADDR", "nowhere"),
+            ("IDEMPOTENCY_WINDOW_S", "5"),
         ];
         for (var, value) in cases {
             let err = RunConfig::from_vars(vars(&[(var, value)])).unwrap_err();

@@ -1,7 +1,7 @@
 //! Every SQL statement, one file per table, each statement with the invariant it keeps.
 //!
 //! - [`targets`]: `campaign_targets`, the work queue (claim, re-check, heartbeat, fenced finish,
-//!   what is left, counts for `status`, `retry-failed`);
+//!   what is left, counts for `status`); [`failed`]: failure reasons and `retry-failed`;
 //! - [`campaigns`]: `campaigns`, the optional settings row (template, budget, send window) and
 //!   the fleet-wide kill switch;
 //! - [`budgets`]: `run_budgets`, one time budget per Job;
@@ -9,21 +9,24 @@
 //! - [`account`]: the same tables as operators see and steer them (members, refusals, a live
 //!   limit, the daily quota's use);
 //! - [`import`]: the statements of `import` (staging table, duplicate check, idempotent insert);
+//! - [`suppressions`]: the provider's suppression list (`suppress`), and `resolve` of
+//!   `unconfirmed` rows; [`row_state`]: the states a row can be in;
 //! - [`connect`]: the pool and the migrations; [`problem`]: what a database error means for the
 //!   person who must fix it (advice, exit code, whether waiting can heal it);
 //! - [`outage`]: the one retry rule for a database that does not answer.
 //!
 //! Transactions, locks and timeouts: every statement of the work loop is a single
 //! auto-committed statement, and no transaction is ever held across a provider call. Row locks
-//! live only for the duration of the claim statement; after that, ownership is the lease
-//! (`lease_until`) plus the fencing token (`claim_id`), and every write matches the token. The
-//! only multi-statement transactions are a rate round (serialised by its key's row lock, see
-//! [`rate`]) and an import (atomic by design, see [`import`]).
+//! live only for the duration of the claim and re-check statements; after that, ownership is
+//! the lease (`lease_until`) plus the fencing token (`claim_id`), and every write matches the
+//! token. The only multi-statement transactions are a rate round (serialised by its key's row
+//! lock, see [`rate`]) and an import or `suppress` (atomic by design, see [`import`]).
 
 pub mod account;
 pub mod budgets;
 pub mod campaigns;
 pub mod connect;
+pub mod failed;
 pub mod import;
 pub mod outage;
 pub mod problem;
@@ -34,7 +37,7 @@ pub mod suppressions;
 pub mod targets;
 
 pub use connect::{connect, schema_ready, Patience, MIGRATOR};
+pub use failed::{Reason, RetryFilter};
 pub use targets::{
-    Batch, CampaignCounts, ClaimedRow, Finished, Progress, Reason, Recheck, Remaining, RetryFilter,
-    RowState, Store,
+    Batch, CampaignCounts, ClaimedRow, Finished, Progress, Recheck, Remaining, RowState, Store,
 };

@@ -3,8 +3,9 @@
 //!
 //! Addresses are compared whole and case-insensitively: `suppressions.email` holds PostgreSQL's
 //! `lower()` of the address (a `CHECK` keeps it so) and every comparison takes `lower()` of the
-//! row's. The re-check before every send consults the list ([`super::Store::recheck`]); a
-//! listed address is never sent to, in any campaign.
+//! row's. The claim and the re-check before every send consult the list
+//! ([`super::Store::claim`], [`super::Store::recheck`]); a listed address is never claimed or
+//! sent to, in any campaign.
 
 use sqlx::{FromRow, PgConnection};
 
@@ -45,7 +46,7 @@ pub struct Added {
 ///
 /// Invariants: one entry per lower-cased address (the file's last line for it wins); an
 /// address already listed keeps its `created_at` and takes the file's reason. Once committed,
-/// every send to it is stopped by the re-check before it ([`super::Store::recheck`]).
+/// no claim takes a row of it and the re-check stops a send of one already claimed.
 pub async fn add(tx: &mut PgConnection) -> Result<Added, sqlx::Error> {
     // language=PostgreSQL
     const ADD: &str = r#"

@@ -1,12 +1,12 @@
-//! Every statement on `campaign_targets` but `import`'s ([`super::import`]), each with the
-//! invariant it keeps.
+//! The statements on `campaign_targets` of the work loop and of `status`, each with the
+//! invariant it keeps (`import`'s are in [`super::import`], the failed rows' in
+//! [`super::failed`], `resolve`'s in [`super::suppressions`]).
 //!
 //! The work loop's statements ([`Store::claim`], [`Store::recheck`], [`Store::extend_leases`],
 //! [`Store::finish`], [`Store::remaining`], [`Store::failed_count`]) are each one auto-committed
-//! statement. [`Store::claim`] is the one deliberate command–query exception: it changes rows
-//! and returns them, because doing both in one statement is what makes it atomic. The
-//! operators' statements ([`Store::progress`], [`Store::reasons`], [`Store::retry_failed`]) read
-//! or change rows outside any claim.
+//! statement. [`Store::claim`] and [`Store::recheck`] are the deliberate command–query
+//! exceptions: each changes rows and returns what it found, because doing both in one statement
+//! is what makes it atomic. [`Store::progress`] reads rows outside any claim.
 
 use std::time::Duration;
 
@@ -46,6 +46,16 @@ pub struct Batch {
     pub rows: Vec<ClaimedRow>,
     /// Rows taken over from a holder whose lease had expired (a killed or stalled worker).
     pub reclaimed: usize,
+    /// Rows the claim picked and moved to `suppressed` instead (their address is listed).
+    pub suppressed: usize,
+}
+
+/// A row as the claim statement returns it, before the suppressed ones are set apart.
+#[derive(FromRow)]
+struct Picked {
+    #[sqlx(flatten)]
+    row: ClaimedRow,
+    suppressed: bool,
 }
 
 /// Work left in a campaign (opted-out rows are not work).
@@ -126,25 +136,6 @@ pub struct Progress {
     pub last_sent_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
-/// A count of rows by their last provider status and error class.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, FromRow)]
-pub struct Reason {
-    pub status: Option<i16>,
-    pub class: String,
-    pub count: i64,
-}
-
-/// Which failed rows `retry-failed` selects.
-#[derive(Debug, Clone, Default)]
-pub struct RetryFilter {
-    /// Last provider status is one of these (empty: any).
-    pub statuses: Vec<i16>,
-    /// Error class is one of these, e.g. `rejected`, `invalid_email` (empty: any).
-    pub classes: Vec<String>,
-    /// Failed at or after this time.
-    pub since: Option<chrono::DateTime<chrono::Utc>>,
-}
-
 /// One row's result as [`Store::finish`] binds it.
 struct Written {
     state: RowState,
@@ -213,6 +204,15 @@ impl Written {
     }
 }
 
+/// Rows (member id, claim) as the arrays a statement binds, in member order: every statement
+/// that locks several rows of a claim (re-check, heartbeat, finish) locks them in that order,
+/// so two of them running at once for one pod wait for each other but never deadlock.
+fn in_member_order(rows: &[(i64, Uuid)]) -> (Vec<i64>, Vec<Uuid>) {
+    let mut rows = rows.to_vec();
+    rows.sort_unstable_by_key(|(member_id, _)| *member_id);
+    rows.into_iter().unzip()
+}
+
 /// The campaign-scoped handle on `campaign_targets`.
 #[derive(Clone)]
 pub struct Store {
@@ -246,6 +246,8 @@ impl Store {
     /// - a row in retry backoff is not claimed before `not_before`, nor a scheduled row before
     ///   its `send_after`; neither blocks the rows behind it;
     /// - the highest `priority` goes first, then the lowest `member_id`;
+    /// - a row whose address is on the suppression list is never claimed: the claim moves it
+    ///   to `suppressed` (out of the work set, no attempt counted) and does not return it;
     /// - a row another worker holds is taken only after its lease expired (the crash case);
     ///   if that holder had begun sending it (`started_at`), the send's outcome is unknown and
     ///   `unknown_since` keeps the earliest such moment (the re-check before the next send
@@ -259,23 +261,25 @@ impl Store {
         // language=PostgreSQL
         const CLAIM: &str = r#"
             WITH picked AS (
-                SELECT member_id, state AS was
-                  FROM campaign_targets
-                 WHERE campaign_id = $1
-                   AND opted_out_at IS NULL
-                   AND state IN ('pending', 'sending')
-                   AND (   (state = 'pending' AND (not_before IS NULL OR not_before <= now())
-                                              AND (send_after IS NULL OR send_after <= now()))
-                        OR (state = 'sending' AND (lease_until IS NULL OR lease_until < now())))
-                 ORDER BY priority DESC, member_id
+                SELECT c.member_id, c.state AS was,
+                       EXISTS (SELECT 1 FROM suppressions s WHERE s.email = lower(c.email)) AS suppressed
+                  FROM campaign_targets c
+                 WHERE c.campaign_id = $1
+                   AND c.opted_out_at IS NULL
+                   AND c.state IN ('pending', 'sending')
+                   AND (   (c.state = 'pending' AND (c.not_before IS NULL OR c.not_before <= now())
+                                                AND (c.send_after IS NULL OR c.send_after <= now()))
+                        OR (c.state = 'sending' AND (c.lease_until IS NULL OR c.lease_until < now())))
+                 ORDER BY c.priority DESC, c.member_id
                  LIMIT $2
                    FOR UPDATE SKIP LOCKED
             )
             UPDATE campaign_targets t
-               SET state         = 'sending',
-                   attempts      = t.attempts + 1,
+               SET state         = CASE WHEN picked.suppressed THEN 'suppressed' ELSE 'sending' END,
+                   attempts      = t.attempts + (NOT picked.suppressed)::int,
                    claim_id      = $3,
-                   lease_until   = now() + make_interval(secs => $4),
+                   lease_until   = CASE WHEN NOT picked.suppressed
+                                        THEN now() + make_interval(secs => $4) END,
                    not_before    = NULL,
                    unknown_since = coalesce(t.unknown_since, t.started_at),
                    started_at    = NULL,
@@ -283,18 +287,23 @@ impl Store {
               FROM picked
              WHERE t.campaign_id = $1
                AND t.member_id = picked.member_id
-            RETURNING t.member_id, t.email, t.attempts AS attempt, picked.was = 'sending' AS reclaimed
+            RETURNING t.member_id, t.email, t.attempts AS attempt,
+                      picked.was = 'sending' AS reclaimed, picked.suppressed
         "#;
-        let rows: Vec<ClaimedRow> = sqlx::query_as(CLAIM)
+        let picked: Vec<Picked> = sqlx::query_as(CLAIM)
             .bind(&self.campaign_id)
             .bind(limit as i64)
             .bind(claim_id)
             .bind(lease.as_secs_f64())
             .fetch_all(&self.pool)
             .await?;
+        let (suppressed, rows): (Vec<Picked>, Vec<Picked>) =
+            picked.into_iter().partition(|p| p.suppressed);
+        let rows: Vec<ClaimedRow> = rows.into_iter().map(|p| p.row).collect();
         Ok(Batch {
             claim_id,
             reclaimed: rows.iter().filter(|r| r.reclaimed).count(),
+            suppressed: suppressed.len(),
             rows,
         })
     }
@@ -303,8 +312,8 @@ impl Store {
     /// and why; the others are stamped as begun.
     ///
     /// Invariants:
-    /// - the one gate for the suppression list and the idempotency window (the claim takes
-    ///   such rows like any other, and this moves them out before any request);
+    /// - the one gate for the idempotency window, and the last for the suppression list (an
+    ///   address listed after the claim);
     /// - a send starts only after this has seen the row still ours (`state = 'sending'` under
     ///   the claim we hold it by), not opted out, its address not suppressed and its
     ///   idempotency window (`unknown_since` within `resend_within`) still open. Run just
@@ -324,7 +333,7 @@ impl Store {
         rows: &[(i64, Uuid)],
         resend_within: Duration,
     ) -> Result<Vec<(i64, Recheck)>, sqlx::Error> {
-        let (ids, claims): (Vec<i64>, Vec<Uuid>) = rows.iter().copied().unzip();
+        let (ids, claims) = in_member_order(rows);
         // language=PostgreSQL
         const RECHECK: &str = r#"
             WITH asked AS (
@@ -391,7 +400,7 @@ impl Store {
         if rows.is_empty() {
             return Ok(0);
         }
-        let (ids, claims): (Vec<i64>, Vec<Uuid>) = rows.iter().copied().unzip();
+        let (ids, claims) = in_member_order(rows);
         // language=PostgreSQL
         const EXTEND: &str = r#"
             UPDATE campaign_targets t
@@ -445,7 +454,9 @@ impl Store {
         let mut delays = Vec::with_capacity(n);
         let mut statuses = Vec::with_capacity(n);
         let mut errors = Vec::with_capacity(n);
-        for (member_id, res) in results {
+        let mut ordered: Vec<&(i64, Resolution)> = results.iter().collect();
+        ordered.sort_unstable_by_key(|(member_id, _)| *member_id);
+        for (member_id, res) in ordered {
             let w = Written::of(res);
             ids.push(*member_id);
             states.push(w.state);
@@ -591,83 +602,6 @@ impl Store {
             .bind(last)
             .fetch_one(&self.pool)
             .await
-    }
-
-    /// The most common (last provider status, error class) pairs among rows in `state`
-    /// (`failed`, or `pending` for rows waiting to retry), most frequent first.
-    ///
-    /// Invariant: only the short class and the status are stored per row (never a response
-    /// body), so nothing personal can surface here.
-    pub async fn reasons(&self, state: RowState, limit: i64) -> Result<Vec<Reason>, sqlx::Error> {
-        // language=PostgreSQL
-        const REASONS: &str = r#"
-            SELECT last_status AS status, coalesce(last_error, 'unknown') AS class, count(*) AS count
-              FROM campaign_targets
-             WHERE campaign_id = $1
-               AND state = $2
-               AND ($2 <> 'pending' OR (attempts > 0 AND last_error IS NOT NULL
-                                        AND opted_out_at IS NULL))
-             GROUP BY 1, 2
-             ORDER BY 3 DESC, 1, 2
-             LIMIT $3
-        "#;
-        sqlx::query_as(REASONS)
-            .bind(&self.campaign_id)
-            .bind(state)
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await
-    }
-
-    /// `retry-failed`: puts the selected `failed` rows back to `pending` with their attempts
-    /// reset. Returns how many rows it moved (or, with `dry_run`, would move).
-    ///
-    /// Invariants:
-    /// - only `failed` rows of this campaign change — never a `sent`, `pending` or `sending`
-    ///   row, so a worker's claim is never disturbed;
-    /// - an opted-out row is never selected (it must not be mailed);
-    /// - the filters narrow (AND): any of `statuses`, any of `classes`, failed at or after
-    ///   `since`; empty filters select every failed row;
-    /// - the last status and class stay on the row until its next attempt overwrites them.
-    pub async fn retry_failed(
-        &self,
-        filter: &RetryFilter,
-        dry_run: bool,
-    ) -> Result<u64, sqlx::Error> {
-        // language=PostgreSQL
-        const SELECTED: &str = r#"
-              campaign_id = $1
-          AND state = 'failed'
-          AND opted_out_at IS NULL
-          AND (cardinality($2::int2[]) = 0 OR last_status = ANY($2))
-          AND (cardinality($3::text[]) = 0 OR last_error = ANY($3))
-          AND ($4::timestamptz IS NULL OR updated_at >= $4)
-        "#;
-        let count = format!("SELECT count(*) FROM campaign_targets WHERE {SELECTED}");
-        let reset = format!(
-            "UPDATE campaign_targets
-                SET state = 'pending', attempts = 0, not_before = NULL, lease_until = NULL,
-                    updated_at = now()
-              WHERE {SELECTED}"
-        );
-        if dry_run {
-            let n: i64 = sqlx::query_scalar(&count)
-                .bind(&self.campaign_id)
-                .bind(&filter.statuses)
-                .bind(&filter.classes)
-                .bind(filter.since)
-                .fetch_one(&self.pool)
-                .await?;
-            return Ok(n as u64);
-        }
-        Ok(sqlx::query(&reset)
-            .bind(&self.campaign_id)
-            .bind(&filter.statuses)
-            .bind(&filter.classes)
-            .bind(filter.since)
-            .execute(&self.pool)
-            .await?
-            .rows_affected())
     }
 }
 

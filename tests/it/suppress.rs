@@ -88,6 +88,12 @@ async fn a_listed_address_is_never_sent_to_in_any_campaign_and_remove_lifts_it(p
     }
     assert!(p.fake.deliveries().iter().all(|d| d.member_id != 3));
     assert_eq!(states(&pool).await["suppressed"], 1);
+    let (state, attempts, _, _) = state_of(&pool, 3).await;
+    assert_eq!(
+        (state.as_str(), attempts),
+        ("suppressed", 0),
+        "never claimed"
+    );
     let by_reason = store(&pool).suppressed_by_reason().await.unwrap();
     assert_eq!(
         (by_reason[0].label.as_str(), by_reason[0].count),
