@@ -261,16 +261,17 @@ impl Store {
         // language=PostgreSQL
         const CLAIM: &str = r#"
             WITH picked AS (
-                SELECT c.member_id, c.state AS was,
-                       EXISTS (SELECT 1 FROM suppressions s WHERE s.email = lower(c.email)) AS suppressed
-                  FROM campaign_targets c
-                 WHERE c.campaign_id = $1
-                   AND c.opted_out_at IS NULL
-                   AND c.state IN ('pending', 'sending')
-                   AND (   (c.state = 'pending' AND (c.not_before IS NULL OR c.not_before <= now())
-                                                AND (c.send_after IS NULL OR c.send_after <= now()))
-                        OR (c.state = 'sending' AND (c.lease_until IS NULL OR c.lease_until < now())))
-                 ORDER BY c.priority DESC, c.member_id
+                SELECT member_id, state AS was,
+                       EXISTS (SELECT 1 FROM suppressions s
+                                WHERE s.email = lower(campaign_targets.email)) AS suppressed
+                  FROM campaign_targets
+                 WHERE campaign_id = $1
+                   AND opted_out_at IS NULL
+                   AND state IN ('pending', 'sending')
+                   AND (   (state = 'pending' AND (not_before IS NULL OR not_before <= now())
+                                              AND (send_after IS NULL OR send_after <= now()))
+                        OR (state = 'sending' AND (lease_until IS NULL OR lease_until < now())))
+                 ORDER BY priority DESC, member_id
                  LIMIT $2
                    FOR UPDATE SKIP LOCKED
             )
@@ -326,8 +327,11 @@ impl Store {
     ///   stays): if the claim's lease expires with no result written, the next claim knows
     ///   whether a request may have left. Rows not cleared are not stamped, so a crash marks
     ///   only what was about to be sent;
-    /// - rows are locked (`FOR UPDATE`) in the order given, so a concurrent opt-out is seen
-    ///   once it commits; primary-key lookups only: cost O(rows asked).
+    /// - the verdict is read as of the statement's start (what "a check at most
+    ///   `OPTOUT_RECHECK_MS` old" means); the rows it stamps or moves are locked once, in member
+    ///   order, and only if still ours then (the fence is re-checked on the latest version): a
+    ///   row taken over meanwhile is reported taken over, never stamped or moved; primary-key
+    ///   lookups only: cost O(rows asked).
     pub async fn recheck(
         &self,
         rows: &[(i64, Uuid)],
@@ -340,7 +344,7 @@ impl Store {
                 SELECT * FROM unnest($2::bigint[], $3::uuid[]) AS r(member_id, claim_id)
             ),
             verdict AS (
-                SELECT c.member_id,
+                SELECT c.member_id, a.claim_id,
                        CASE WHEN c.opted_out_at IS NOT NULL THEN 'opted_out'
                             WHEN EXISTS (SELECT 1 FROM suppressions s WHERE s.email = lower(c.email))
                                  THEN 'suppressed'
@@ -352,8 +356,6 @@ impl Store {
                     ON c.campaign_id = $1 AND c.member_id = a.member_id
                  WHERE c.state = 'sending'
                    AND c.claim_id = a.claim_id
-                 ORDER BY c.member_id
-                   FOR UPDATE OF c
             ),
             marked AS (
                 UPDATE campaign_targets t
@@ -365,13 +367,20 @@ impl Store {
                   FROM verdict v
                  WHERE t.campaign_id = $1
                    AND t.member_id = v.member_id
+                   AND t.state = 'sending'
+                   AND t.claim_id = v.claim_id
                    AND v.verdict <> 'opted_out'
+                RETURNING t.member_id, v.verdict
             )
-            SELECT member_id, verdict FROM verdict WHERE verdict <> 'send'
+            SELECT member_id, verdict FROM verdict WHERE verdict = 'opted_out'
+            UNION ALL
+            SELECT member_id, verdict FROM marked WHERE verdict <> 'send'
             UNION ALL
             SELECT a.member_id, 'taken_over'
               FROM asked a
-             WHERE NOT EXISTS (SELECT 1 FROM verdict v WHERE v.member_id = a.member_id)
+             WHERE NOT EXISTS (SELECT 1 FROM marked m WHERE m.member_id = a.member_id)
+               AND NOT EXISTS (SELECT 1 FROM verdict v
+                                WHERE v.member_id = a.member_id AND v.verdict = 'opted_out')
         "#;
         let found: Vec<(i64, String)> = sqlx::query_as(RECHECK)
             .bind(&self.campaign_id)

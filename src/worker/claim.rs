@@ -39,9 +39,6 @@ impl Pipeline<'_> {
             };
             self.w.recorder.diverted(batch.suppressed, 0);
             if batch.rows.is_empty() {
-                if batch.suppressed > 0 {
-                    continue; // only suppressed rows: the next ones may be sendable
-                }
                 match self.when_empty().await {
                     WhenEmpty::Return(r) => return r,
                     WhenEmpty::ClaimAgain => continue,

@@ -36,9 +36,6 @@ impl Recorder {
     /// Rows moved out of the work set unsent: `suppressed` (their address is on the
     /// suppression list) and `unconfirmed` (past their idempotency window).
     pub(crate) fn diverted(&self, suppressed: usize, unconfirmed: usize) {
-        if suppressed + unconfirmed == 0 {
-            return;
-        }
         self.with(|s| {
             s.suppressed += suppressed as u64;
             s.unconfirmed += unconfirmed as u64;

@@ -489,3 +489,27 @@ fn both_jobs_are_recreated_by_gitops_tools_on_a_new_release() {
         "PreSync"
     );
 }
+
+/// The image's dependency stage parses the whole workspace from its manifests alone: every
+/// target path a workspace manifest names must get a stub there, or `docker build` fails.
+#[test]
+fn the_dockerfile_stubs_every_target_of_the_workspace() {
+    let dockerfile = std::fs::read_to_string("Dockerfile").unwrap();
+    for manifest in ["Cargo.toml", "fake-provider/Cargo.toml", "loadtest/Cargo.toml"] {
+        let text = std::fs::read_to_string(manifest).unwrap();
+        let dir = Path::new(manifest).parent().unwrap();
+        let paths: Vec<String> = text
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("path = \""))
+            .filter_map(|p| p.strip_suffix('"'))
+            .filter(|p| p.ends_with(".rs"))
+            .map(|p| dir.join(p).to_string_lossy().into_owned())
+            .collect();
+        for path in paths {
+            assert!(
+                dockerfile.contains(&format!("> {path}")),
+                "Dockerfile has no stub for {path} (named in {manifest})"
+            );
+        }
+    }
+}
