@@ -100,6 +100,25 @@ if bad:
     sys.exit("\n".join(bad))
 PY
 done
+echo "== every workload runs the release's image (components/release: a tag or a digest)"
+python3 - "$tmp"/overlays-*.yaml <<'PY' || status=1
+import sys, yaml
+bad = []
+for path in sys.argv[1:]:
+    for d in yaml.safe_load_all(open(path)):
+        if not d or d["kind"] not in ("Job", "CronJob", "Deployment"):
+            continue
+        spec = d["spec"]["jobTemplate"]["spec"] if d["kind"] == "CronJob" else d["spec"]
+        for c in spec["template"]["spec"].get("containers", []) + spec["template"]["spec"].get("initContainers", []):
+            image = c["image"]
+            if image.startswith("campaign-sender") and "@sha256:" not in image and ":" not in image:
+                bad.append(f"{path}: {d['kind']} {d['metadata']['name']}: {image} has no tag or digest")
+            if image.endswith(":latest"):
+                bad.append(f"{path}: {d['kind']} {d['metadata']['name']}: {image}")
+if bad:
+    sys.exit("\n".join(bad))
+print("every workload: campaign-sender with a tag or digest")
+PY
 echo "== the backlog query names the ConfigMap's campaign"
 python3 - "$tmp/overlays-deployment.yaml" <<'PY' || status=1
 import sys, yaml

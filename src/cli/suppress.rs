@@ -70,8 +70,8 @@ fn print_done(direction: Direction, r: &SuppressReport) {
     let secs = r.elapsed_ms as f64 / 1000.0;
     match direction {
         Direction::Add => println!(
-            "suppressions: {} lines read, {} addresses added, {} already listed (reason updated); {} listed in all, in {secs:.1} s",
-            r.records, r.added, r.updated, r.listed
+            "suppressions: {} lines read, {} addresses added, {} with a new reason, {} already listed as they were; {} listed in all, in {secs:.1} s",
+            r.records, r.added, r.updated, r.unchanged, r.listed
         ),
         Direction::Remove => println!(
             "suppressions: {} lines read, {} addresses removed, {} suppressed rows back to pending; {} listed in all, in {secs:.1} s",

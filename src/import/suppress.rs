@@ -38,9 +38,11 @@ pub enum Direction {
 pub struct SuppressReport {
     /// Records read (blank lines and the header not counted).
     pub records: u64,
-    /// Addresses new to the list / already on it (reason updated).
+    /// Addresses new to the list, listed with another reason (now the file's), and listed
+    /// already as the file has them (not written).
     pub added: u64,
     pub updated: u64,
+    pub unchanged: u64,
     /// `--remove`: addresses taken off the list, and rows back to `pending` because of it.
     pub removed: u64,
     pub restored: u64,
@@ -136,6 +138,7 @@ pub async fn suppress(
         Direction::Add => {
             let a = sql::add(&mut tx).await?;
             (report.added, report.updated) = (a.added as u64, a.updated as u64);
+            report.unchanged = (a.distinct - a.added - a.updated) as u64;
         }
         Direction::Remove => {
             let l = sql::lift(&mut tx).await?;

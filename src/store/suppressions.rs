@@ -36,29 +36,38 @@ pub const COPY_STAGING: &str = "COPY suppress_rows (line, email, reason) FROM ST
 /// What adding a list did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, FromRow)]
 pub struct Added {
+    /// Distinct addresses in the file (lower-cased).
+    pub distinct: i64,
     /// Addresses new to the list.
     pub added: i64,
-    /// Addresses already listed (their reason is now the file's).
+    /// Addresses already listed with another reason (now the file's).
     pub updated: i64,
 }
 
 /// Adds the staged addresses to the list.
 ///
 /// Invariants: one entry per lower-cased address (the file's last line for it wins); an
-/// address already listed keeps its `created_at` and takes the file's reason. Once committed,
-/// no claim takes a row of it and the re-check stops a send of one already claimed.
+/// address already listed keeps its `created_at` and takes the file's reason, and one listed
+/// with the same reason is not written at all (a re-import of the same list changes nothing).
+/// Once committed, no claim takes a row of it and the re-check stops a send of one already
+/// claimed.
 pub async fn add(tx: &mut PgConnection) -> Result<Added, sqlx::Error> {
     // language=PostgreSQL
     const ADD: &str = r#"
-        WITH merged AS (
-            INSERT INTO suppressions (email, reason)
-            SELECT DISTINCT ON (lower(email)) lower(email), reason
+        WITH staged AS MATERIALIZED (
+            SELECT DISTINCT ON (lower(email)) lower(email) AS email, reason
               FROM suppress_rows
              ORDER BY lower(email), line DESC
+        ),
+        merged AS (
+            INSERT INTO suppressions (email, reason)
+            SELECT email, reason FROM staged
             ON CONFLICT (email) DO UPDATE SET reason = EXCLUDED.reason
+                WHERE suppressions.reason IS DISTINCT FROM EXCLUDED.reason
             RETURNING xmax = 0 AS inserted
         )
-        SELECT count(*) FILTER (WHERE inserted) AS added,
+        SELECT (SELECT count(*) FROM staged) AS distinct,
+               count(*) FILTER (WHERE inserted) AS added,
                count(*) FILTER (WHERE NOT inserted) AS updated
           FROM merged
     "#;

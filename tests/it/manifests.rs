@@ -495,7 +495,11 @@ fn both_jobs_are_recreated_by_gitops_tools_on_a_new_release() {
 #[test]
 fn the_dockerfile_stubs_every_target_of_the_workspace() {
     let dockerfile = std::fs::read_to_string("Dockerfile").unwrap();
-    for manifest in ["Cargo.toml", "fake-provider/Cargo.toml", "loadtest/Cargo.toml"] {
+    for manifest in [
+        "Cargo.toml",
+        "fake-provider/Cargo.toml",
+        "loadtest/Cargo.toml",
+    ] {
         let text = std::fs::read_to_string(manifest).unwrap();
         let dir = Path::new(manifest).parent().unwrap();
         let paths: Vec<String> = text

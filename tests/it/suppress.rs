@@ -62,7 +62,10 @@ async fn a_bad_line_changes_nothing_and_a_good_file_lists_each_address_once_in_l
     );
     let (code, out, err) = suppress(&pool, &good, &[]).await;
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("3 addresses added"), "{out}");
+    assert!(
+        out.contains("3 addresses added, 0 with a new reason, 0 already listed"),
+        "{out}"
+    );
     assert_eq!(
         listed(&pool).await,
         [
@@ -70,6 +73,18 @@ async fn a_bad_line_changes_nothing_and_a_good_file_lists_each_address_once_in_l
             ("member2@example.com".into(), "complaint".into()),
             ("member3@example.com".into(), "unspecified".into()),
         ]
+    );
+    let again = [
+        "member2@example.com,complaint",
+        "member3@example.com,hard_bounce",
+    ];
+    let (code, out, err) = suppress(&pool, &again, &[]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(
+            "0 addresses added, 1 with a new reason, 1 already listed as they were; 3 listed"
+        ),
+        "{out}"
     );
 }
 
