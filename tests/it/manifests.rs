@@ -31,8 +31,26 @@ fn int(v: &Value, path: &str) -> i64 {
         .unwrap_or_else(|| panic!("{path} is not an integer"))
 }
 
+/// A kustomize `envs:` file (`KEY=value` lines, `#` comments) as the ConfigMap it generates.
+fn env_file(path: &str) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let mut data = serde_yaml::Mapping::new();
+    for line in text.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (k, v) = line
+            .split_once('=')
+            .unwrap_or_else(|| panic!("{path}: {line:?} is not KEY=value"));
+        data.insert(Value::from(k), Value::from(v));
+    }
+    let mut cm = serde_yaml::Mapping::new();
+    cm.insert(Value::from("data"), Value::Mapping(data));
+    Value::Mapping(cm)
+}
+
 fn configmap() -> Value {
-    load("manifests/base/configmap.yaml")
+    env_file("manifests/base/config.env")
 }
 
 fn setting(key: &str) -> String {
@@ -185,7 +203,7 @@ fn every_cadence_ends_a_job_before_the_next_fire_and_pods_know_their_job() {
         ("cadence-every-6h", 21_600, "0 2-23/6 * * *"),
     ] {
         let cron = load(&format!("manifests/overlays/{dir}/cronjob.yaml"));
-        let cm = load(&format!("manifests/overlays/{dir}/configmap.yaml"));
+        let cm = env_file(&format!("manifests/overlays/{dir}/config.env"));
         let deadline_s: i64 = at(&cm, "data.DEADLINE_S")
             .as_str()
             .unwrap()
