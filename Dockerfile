@@ -1,8 +1,10 @@
-# campaign-sender image: the production binary only, on a minimal non-root runtime. The fake
-# provider and the load harnesses are workspace crates of their own and are not built here.
+# campaign-sender image: the production binary only, on a minimal non-root runtime (the default,
+# last stage). The fake provider, for the staging smoke test (scripts/staging-smoke.sh) only, is
+# a stage of its own that nothing else uses; the load harnesses are not built here.
 # Not built in this repository's CI (no container engine there); keep it simple enough to
 # review:
 #   docker build -t campaign-sender:0.1.0 .
+#   docker build --target fake-provider -t fake-provider:0.1.0 .
 #
 # Stage 1: dependencies only, so a source change does not rebuild them.
 # The toolchain the project is built and tested with (Cargo.lock needs it).
@@ -35,6 +37,17 @@ COPY src src
 COPY migrations migrations
 RUN touch src/main.rs src/lib.rs \
  && cargo build --locked --release -p campaign-sender --bin campaign-sender
+
+# The fake provider (staging smoke test only; never the default target).
+FROM deps AS fake-build
+COPY fake-provider/src fake-provider/src
+RUN touch fake-provider/src/main.rs fake-provider/src/lib.rs \
+ && cargo build --locked --release -p fake-provider --bin fake-provider
+FROM gcr.io/distroless/cc-debian12:nonroot AS fake-provider
+COPY --from=fake-build /src/target/release/fake-provider /usr/local/bin/fake-provider
+USER 10001:10001
+EXPOSE 8080
+ENTRYPOINT ["/usr/local/bin/fake-provider", "--listen", "0.0.0.0:8080"]
 
 # Stage 3: runtime. distroless/cc has glibc and CA roots (rustls uses its bundled webpki roots
 # anyway), no shell, no package manager; "nonroot" is uid 65532 — the manifests run as 10001,
