@@ -51,7 +51,7 @@ $$;
 
 -- Nothing by default: only the grants below.
 REVOKE ALL ON campaign_targets, rate_limits, rate_pods, rate_usage, campaigns, run_budgets,
-    suppressions, _sqlx_migrations FROM campaign_sender_worker, campaign_sender_operator, campaign_sender_keda;
+    suppressions, campaign_archive, archived_campaigns, _sqlx_migrations FROM campaign_sender_worker, campaign_sender_operator, campaign_sender_keda;
 GRANT USAGE ON SCHEMA public TO campaign_sender_worker, campaign_sender_operator,
     campaign_sender_keda;
 
@@ -87,6 +87,8 @@ GRANT UPDATE (state, attempts, not_before, lease_until, updated_at, sent_at, las
               unknown_since)
     ON campaign_targets TO campaign_sender_operator;
 GRANT SELECT, INSERT, UPDATE, DELETE ON suppressions TO campaign_sender_operator;
+-- `status` of an archived campaign; `archive` itself runs as the owner (it deletes rows).
+GRANT SELECT ON campaign_archive, archived_campaigns TO campaign_sender_operator;
 GRANT SELECT, INSERT, UPDATE ON campaigns TO campaign_sender_operator;
 
 GRANT SELECT (campaign_id, state, opted_out_at) ON campaign_targets TO campaign_sender_keda;

@@ -31,6 +31,8 @@ pub const ACCOUNT_REFUSED: u8 = 4;
 /// An operator command named a campaign that does not exist (no targets, no settings row);
 /// nothing was changed. (The same number as [`INCOMPLETE`]: they never come from one command.)
 pub const UNKNOWN_CAMPAIGN: u8 = 1;
+/// `archive`: the campaign still has work (`pending` or `sending` rows); nothing was archived.
+pub const NOT_FINISHED: u8 = 1;
 /// `import`: the input has invalid or repeated lines, or no records, and nothing was imported.
 pub const DATA_ERROR: u8 = 65;
 /// `import`: the input file cannot be opened.

@@ -151,6 +151,23 @@ pub enum Command {
         #[arg(long)]
         remove: bool,
     },
+    /// Moves a finished campaign's rows out of the work table, in small batches that never
+    /// block the campaigns still sending: per recipient into `campaign_archive` (member, outcome,
+    /// when sent, last status, attempts; no address), its final counts into
+    /// `archived_campaigns`, which `status` keeps showing. Refuses a campaign with pending or
+    /// sending rows (exit 1). Run as the schema owner (it deletes rows): `DATABASE_URL` =
+    /// the migrate URL. Interrupted, it resumes where it stopped.
+    #[command(group = clap::ArgGroup::new("which").required(true).args(["campaign", "older_than"]))]
+    Archive {
+        #[arg(long)]
+        campaign: Option<String>,
+        /// Every finished campaign unchanged for this long (`30d`, `12h`).
+        #[arg(long, value_parser = humantime::parse_duration, value_name = "AGE")]
+        older_than: Option<std::time::Duration>,
+        /// Say what would move, change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Writes the campaign's optional settings row: template, failure threshold, send window.
     /// Only the options given change; the pause is not touched.
     Configure {

@@ -14,6 +14,7 @@
 //!   periodic lines, output).
 
 mod account;
+mod archive;
 pub mod args;
 mod import;
 pub mod operator;

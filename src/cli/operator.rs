@@ -1,5 +1,5 @@
 //! The operator commands: `import`, `status`, `pause`, `resume`, `retry-failed`, `configure`,
-//! `limit`, `resolve` and `suppress`.
+//! `limit`, `resolve`, `suppress` and `archive`.
 //! Each one does its work through the library ([`crate::store`], [`crate::import`],
 //! [`crate::status`]), prints what happened and returns the exit code; a database error ends it
 //! through [`super::Db::report`]. Output never contains an address.
@@ -111,6 +111,21 @@ pub async fn dispatch(cmd: Command, pool: &PgPool, db: &Db<'_>, shutdown: Cancel
             since,
             dry_run,
         } => super::suppress::resolve(pool, &campaign, assume_sent, since, dry_run).await,
+        Command::Archive {
+            campaign,
+            older_than,
+            dry_run,
+        } => {
+            let which = match (campaign, older_than) {
+                (Some(c), _) => super::archive::Which::One(c),
+                (None, Some(age)) => super::archive::Which::OlderThan(age),
+                (None, None) => unreachable!("clap requires one"),
+            };
+            return match super::archive::archive_cmd(pool, which, dry_run).await {
+                Ok(code) => code,
+                Err(e) => db.report(&e),
+            };
+        }
         Command::Suppress { file, remove } => {
             return super::suppress::suppress_cmd(pool, db, file, remove).await;
         }
@@ -131,7 +146,9 @@ fn named_campaign(cmd: &Command) -> Option<(&str, bool)> {
         | Command::Pause { campaign, .. }
         | Command::RetryFailed { campaign, .. }
         | Command::Resolve { campaign, .. } => Some((campaign, false)),
-        Command::Resume { campaign, .. } => campaign.as_deref().map(|c| (c, false)),
+        Command::Resume { campaign, .. } | Command::Archive { campaign, .. } => {
+            campaign.as_deref().map(|c| (c, false))
+        }
         Command::Limit { .. } => None,
         Command::Configure {
             campaign, create, ..

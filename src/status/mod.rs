@@ -16,9 +16,10 @@ use serde::Serialize;
 use sqlx::PgPool;
 
 use crate::store::account::{self, KeyState};
+use crate::store::archive::{self, Archived};
 use crate::store::campaigns::{self, Pause};
 use crate::store::suppressions::Bucket;
-use crate::store::{Progress, Reason, RowState, Store};
+use crate::store::{CampaignCounts, Progress, Reason, RowState, Store};
 use crate::window::{SendWindow, WindowState};
 
 /// Reasons listed per kind.
@@ -56,6 +57,8 @@ pub struct Status {
     pub suppressed: Vec<Bucket>,
     /// When the oldest `unconfirmed` row's unknown attempt began.
     pub unconfirmed_since: Option<DateTime<Utc>>,
+    /// Archived (`campaign-sender archive`): the counts above are its final ones.
+    pub archived: Option<Archived>,
 }
 
 /// The send window as `status` shows it.
@@ -129,7 +132,23 @@ pub async fn gather(
 ) -> Result<Status, sqlx::Error> {
     let store = Store::new(pool.clone(), campaign_id);
     let settings = campaigns::settings(pool, campaign_id).await?;
-    let progress = store.progress().await?;
+    let archived = archive::archived(pool, campaign_id).await?;
+    let mut progress = store.progress().await?;
+    if let Some(a) = &archived {
+        // Its rows have left (or are leaving) the work table: the counts taken before they
+        // moved are the campaign's.
+        progress.counts = CampaignCounts {
+            total: a.total,
+            sent: a.sent,
+            failed: a.failed,
+            pending: 0,
+            sending: 0,
+            opted_out: a.opted_out,
+            unconfirmed: a.unconfirmed,
+            suppressed: a.suppressed,
+        };
+        progress.last_sent_at = a.last_sent_at;
+    }
     let failures = store.reasons(RowState::Failed, TOP_REASONS).await?;
     let retrying = store.reasons(RowState::Pending, TOP_REASONS).await?;
     let limits = account::keys_of_campaign(pool, campaign_id).await?;
@@ -158,7 +177,7 @@ pub async fn gather(
         window,
         campaign_id: campaign_id.to_string(),
         at: Utc::now(),
-        known: c.total > 0 || settings.stored,
+        known: c.total > 0 || settings.stored || archived.is_some(),
         remaining,
         rate_per_s: rate,
         eta_s: eta_s(remaining, rate),
@@ -174,6 +193,7 @@ pub async fn gather(
         retrying,
         suppressed,
         unconfirmed_since,
+        archived,
         progress,
     })
 }
@@ -229,6 +249,7 @@ mod tests {
             window: None,
             suppressed: vec![],
             unconfirmed_since: None,
+            archived: None,
         };
         s.progress.counts.total = 50;
         assert_eq!(
@@ -273,6 +294,7 @@ mod tests {
             window: Some(window_status(w, now, 5_040_000, 100.0)),
             suppressed: vec![],
             unconfirmed_since: None,
+            archived: None,
         };
         s.progress.counts.total = 6_000_000;
         let text = render(&s);

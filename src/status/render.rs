@@ -81,9 +81,21 @@ fn render_state(o: &mut String, s: &Status) {
                 s.campaign_id
             );
         }
-        None => {
-            let _ = writeln!(o, "state      {}", if s.done { "done" } else { "running" });
-        }
+        None => match &s.archived {
+            Some(a) => {
+                let when = a
+                    .archived_at
+                    .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+                    .unwrap_or_else(|| "in progress (run `archive` again to finish)".into());
+                let _ = writeln!(
+                    o,
+                    "state      archived {when}; per recipient in campaign_archive"
+                );
+            }
+            None => {
+                let _ = writeln!(o, "state      {}", if s.done { "done" } else { "running" });
+            }
+        },
     }
 }
 

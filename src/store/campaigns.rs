@@ -147,6 +147,7 @@ pub async fn exists(pool: &PgPool, campaign_id: &str) -> Result<bool, sqlx::Erro
     const EXISTS: &str = r#"
         SELECT EXISTS (SELECT 1 FROM campaign_targets WHERE campaign_id = $1)
             OR EXISTS (SELECT 1 FROM campaigns WHERE campaign_id = $1)
+            OR EXISTS (SELECT 1 FROM archived_campaigns WHERE campaign_id = $1)
     "#;
     sqlx::query_scalar(EXISTS)
         .bind(campaign_id)
@@ -172,6 +173,8 @@ pub async fn names(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
         SELECT campaign_id FROM ids WHERE campaign_id IS NOT NULL
         UNION
         SELECT campaign_id FROM campaigns
+        UNION
+        SELECT campaign_id FROM archived_campaigns
         ORDER BY 1
     "#;
     sqlx::query_scalar(NAMES).fetch_all(pool).await

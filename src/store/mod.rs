@@ -9,6 +9,7 @@
 //! - [`account`]: the same tables as operators see and steer them (members, refusals, a live
 //!   limit, the daily quota's use);
 //! - [`import`]: the statements of `import` (staging table, duplicate check, idempotent insert);
+//! - [`archive`]: a finished campaign out of the work table (`archive`);
 //! - [`suppressions`]: the provider's suppression list (`suppress`), and `resolve` of
 //!   `unconfirmed` rows; [`row_state`]: the states a row can be in;
 //! - [`connect`]: the pool and the migrations; [`problem`]: what a database error means for the
@@ -20,9 +21,11 @@
 //! live only for the duration of the claim and re-check statements; after that, ownership is
 //! the lease (`lease_until`) plus the fencing token (`claim_id`), and every write matches the
 //! token. The only multi-statement transactions are a rate round (serialised by its key's row
-//! lock, see [`rate`]) and an import or `suppress` (atomic by design, see [`import`]).
+//! lock, see [`rate`]), an import or `suppress` (atomic by design, see [`import`]) and an archive
+//! batch (see [`archive`]).
 
 pub mod account;
+pub mod archive;
 pub mod budgets;
 pub mod campaigns;
 pub mod connect;

@@ -5,6 +5,7 @@
 mod helpers;
 
 mod account;
+mod archive;
 mod claim;
 mod e2e;
 mod exit_codes;

@@ -1,0 +1,209 @@
+//! `archive`: a finished campaign leaves the work table for the compact archive, in batches,
+//! without disturbing a campaign that is sending; `status` keeps its final counts.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use sqlx::PgPool;
+
+use crate::helpers::*;
+
+const DONE: &str = "autumn-sale";
+
+/// `n` rows of `campaign`, settled as a finished campaign: every 10th failed, every 25th opted
+/// out before it was sent, every 50th suppressed, every 100th unconfirmed, the rest sent.
+async fn seed_finished(pool: &PgPool, campaign: &str, n: i64) {
+    seed(pool, campaign, n).await;
+    sqlx::query(
+        "UPDATE campaign_targets
+            SET state = CASE WHEN member_id % 100 = 0 THEN 'unconfirmed'
+                             WHEN member_id % 50 = 0 THEN 'suppressed'
+                             WHEN member_id % 25 = 0 THEN 'pending'
+                             WHEN member_id % 10 = 0 THEN 'failed'
+                             ELSE 'sent' END,
+                opted_out_at = CASE WHEN member_id % 25 = 0 AND member_id % 50 <> 0 THEN now() END,
+                sent_at = CASE WHEN member_id % 10 <> 0 AND member_id % 25 <> 0 THEN now() END,
+                last_status = CASE WHEN member_id % 10 = 0 THEN 422 ELSE 202 END,
+                attempts = 1, updated_at = now()
+          WHERE campaign_id = $1",
+    )
+    .bind(campaign)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+/// The outcome of each member as [`seed_finished`] settled it, counted.
+fn expected_outcomes(n: i64) -> HashMap<String, i64> {
+    let mut m = HashMap::new();
+    for id in 1..=n {
+        let outcome = match id {
+            _ if id % 100 == 0 => "unconfirmed",
+            _ if id % 50 == 0 => "suppressed",
+            _ if id % 25 == 0 => "opted_out",
+            _ if id % 10 == 0 => "failed",
+            _ => "sent",
+        };
+        *m.entry(outcome.to_string()).or_insert(0) += 1;
+    }
+    m
+}
+
+async fn archive(pool: &PgPool, args: &[&str]) -> (i32, String, String) {
+    let mut all = vec!["archive"];
+    all.extend_from_slice(args);
+    // As the schema owner: archiving deletes rows the operator role may not.
+    let child = spawn_sender(&all, &database_url(pool).await, &[]);
+    finish(child, Duration::from_secs(120)).await
+}
+
+async fn rows_of(pool: &PgPool, table: &str, campaign: &str) -> i64 {
+    sqlx::query_scalar(&format!(
+        "SELECT count(*) FROM {table} WHERE campaign_id = $1"
+    ))
+    .bind(campaign)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn an_unfinished_campaign_is_refused_and_nothing_moves(pool: PgPool) {
+    seed_finished(&pool, DONE, 100).await;
+    sqlx::query(
+        "UPDATE campaign_targets SET state = 'pending', opted_out_at = NULL WHERE member_id <= 3",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let (code, out, err) = archive(&pool, &["--campaign", DONE]).await;
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(
+        err.contains("not finished — 3 pending and 0 sending rows; nothing archived"),
+        "{err}"
+    );
+    assert_eq!(rows_of(&pool, "campaign_targets", DONE).await, 100);
+    assert_eq!(rows_of(&pool, "archived_campaigns", DONE).await, 0);
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn an_archived_campaign_leaves_the_work_table_and_status_keeps_its_final_counts(
+    pool: PgPool,
+) {
+    // More than two batches.
+    seed_finished(&pool, DONE, 12_000).await;
+    let (code, out, _) = archive(&pool, &["--campaign", DONE, "--dry-run"]).await;
+    assert_eq!(code, 0);
+    assert!(out.contains("12000 rows would move"), "{out}");
+    assert_eq!(
+        rows_of(&pool, "archived_campaigns", DONE).await,
+        0,
+        "a dry run changes nothing"
+    );
+    let (code, out, err) = archive(&pool, &["--campaign", DONE]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("archived 12000 rows"), "{out}");
+    assert_eq!(rows_of(&pool, "campaign_targets", DONE).await, 0);
+    let outcomes: HashMap<String, i64> = sqlx::query_as(
+        "SELECT outcome, count(*) FROM campaign_archive WHERE campaign_id = $1 GROUP BY 1",
+    )
+    .bind(DONE)
+    .fetch_all(&pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .collect();
+    assert_eq!(outcomes, expected_outcomes(12_000));
+    let url = operator_url(&pool).await;
+    let status = spawn_sender(&["status", "--campaign", DONE, "--json"], &url, &[]);
+    let (code, out, err) = finish(status, Duration::from_secs(20)).await;
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!(v["counts"]["total"], 12_000);
+    assert_eq!(v["counts"]["sent"], outcomes["sent"]);
+    assert_eq!(v["counts"]["failed"], outcomes["failed"]);
+    assert_eq!(v["counts"]["opted_out"], outcomes["opted_out"]);
+    assert_eq!(v["done"], true);
+    assert!(v["archived"]["archived_at"].is_string(), "{v}");
+    let text = spawn_sender(&["status", "--campaign", DONE], &url, &[]);
+    let (_, out, _) = finish(text, Duration::from_secs(20)).await;
+    assert!(out.contains("state      archived 20"), "{out}");
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn older_than_archives_only_finished_campaigns_unchanged_for_that_long(pool: PgPool) {
+    seed_finished(&pool, DONE, 50).await;
+    seed_finished(&pool, "recent-sale", 50).await;
+    seed(&pool, "running-sale", 50).await;
+    sqlx::query(
+        "UPDATE campaign_targets SET updated_at = now() - interval '40 days'
+          WHERE campaign_id IN ($1, 'running-sale')",
+    )
+    .bind(DONE)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let (code, out, err) = archive(&pool, &["--older-than", "30d"]).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains("1 finished campaigns unchanged since"),
+        "{out}"
+    );
+    assert_eq!(rows_of(&pool, "campaign_targets", DONE).await, 0);
+    assert_eq!(rows_of(&pool, "campaign_targets", "recent-sale").await, 50);
+    assert_eq!(rows_of(&pool, "campaign_targets", "running-sale").await, 50);
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn archiving_leaves_a_sending_campaign_undisturbed(pool: PgPool) {
+    seed_finished(&pool, DONE, 30_000).await;
+    seed(&pool, CAMPAIGN, 3_000).await;
+    let p = slow_provider(5).await;
+    let mut cfg = config(&p.url);
+    cfg.mail_rate_per_s = 1_000;
+    let (report, (code, out, err)) = tokio::join!(
+        run_to_end(&pool, cfg),
+        archive(&pool, &["--campaign", DONE])
+    );
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert_eq!(rows_of(&pool, "campaign_targets", DONE).await, 0);
+    assert_eq!(report.stats.sent, 3_000);
+    assert_eq!(states(&pool).await["sent"], 3_000);
+    let s = p.fake.stats();
+    assert_eq!(
+        (s.delivered, s.members_delivered_more_than_once),
+        (3_000, 0)
+    );
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_batch_never_moves_a_row_that_is_still_work(pool: PgPool) {
+    // Rows the other system inserts while an archive runs are work: they stay.
+    seed_finished(&pool, DONE, 100).await;
+    sqlx::query(
+        "UPDATE campaign_targets SET state = CASE WHEN member_id <= 2 THEN 'pending' ELSE 'sending' END,
+                opted_out_at = NULL
+          WHERE member_id <= 4",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let moved = campaign_sender::store::archive::move_batch(
+        &pool,
+        DONE,
+        i64::MIN,
+        1_000,
+        Duration::from_secs(2),
+    )
+    .await
+    .unwrap();
+    assert_eq!(moved, Some((96, 100)));
+    let left: Vec<i64> = sqlx::query_scalar(
+        "SELECT member_id FROM campaign_targets WHERE campaign_id = $1 ORDER BY 1",
+    )
+    .bind(DONE)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(left, [1, 2, 3, 4]);
+}
