@@ -16,7 +16,7 @@ COPY loadtest/Cargo.toml loadtest/
 # Stub targets with the manifests' paths (every workspace member must parse), to build and cache
 # the production crate's dependency graph.
 RUN mkdir -p src benches tests/it fake-provider/src loadtest/src/bin/drain loadtest/src/bin/chaos \
-    loadtest/src/bin/days loadtest/src/bin/forget \
+    loadtest/src/bin/days loadtest/src/bin/forget loadtest/src/bin/bloat \
  && echo 'fn main() {}' > src/main.rs \
  && echo '' > src/lib.rs \
  && echo 'fn main() {}' > benches/engine.rs \
@@ -28,6 +28,7 @@ RUN mkdir -p src benches tests/it fake-provider/src loadtest/src/bin/drain loadt
  && echo 'fn main() {}' > loadtest/src/bin/chaos/main.rs \
  && echo 'fn main() {}' > loadtest/src/bin/days/main.rs \
  && echo 'fn main() {}' > loadtest/src/bin/forget/main.rs \
+ && echo 'fn main() {}' > loadtest/src/bin/bloat/main.rs \
  && cargo build --locked --release -p campaign-sender --bin campaign-sender \
  && rm -rf src
 

@@ -329,9 +329,10 @@ impl Store {
     ///   only what was about to be sent;
     /// - the verdict is read as of the statement's start (what "a check at most
     ///   `OPTOUT_RECHECK_MS` old" means); the rows it stamps or moves are locked once, in member
-    ///   order, and only if still ours then (the fence is re-checked on the latest version): a
-    ///   row taken over meanwhile is reported taken over, never stamped or moved; primary-key
-    ///   lookups only: cost O(rows asked).
+    ///   order, and only if still ours then — the fence, checked on the latest version, is the
+    ///   one test of ownership: a row taken over is reported taken over, never stamped or
+    ///   moved (an opted-out one is reported opted out whoever holds it: its release is fenced
+    ///   like every write); primary-key lookups only: cost O(rows asked).
     pub async fn recheck(
         &self,
         rows: &[(i64, Uuid)],
@@ -354,8 +355,6 @@ impl Store {
                   FROM asked a
                   JOIN campaign_targets c
                     ON c.campaign_id = $1 AND c.member_id = a.member_id
-                 WHERE c.state = 'sending'
-                   AND c.claim_id = a.claim_id
             ),
             marked AS (
                 UPDATE campaign_targets t
