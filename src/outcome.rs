@@ -463,6 +463,11 @@ mod tests {
             Resolution::Released {
                 class: ErrorClass::Released,
             },
+            // No request at all: the address could never be delivered.
+            Resolution::Failed {
+                status: None,
+                class: ErrorClass::InvalidEmail,
+            },
         ] {
             assert!(!definite.outcome_unknown(), "{definite:?}");
         }
