@@ -96,6 +96,8 @@ pub async fn move_batch(
 ) -> Result<Option<(i64, i64)>, sqlx::Error> {
     // language=PostgreSQL
     const MOVE: &str = r#"
+        -- The batch's rows are locked (FOR UPDATE re-checks the filter on the latest version of
+        -- a row it waited for), so none can become work before the delete.
         WITH batch AS (
             SELECT member_id
               FROM campaign_targets
@@ -109,7 +111,6 @@ pub async fn move_batch(
             DELETE FROM campaign_targets t
              USING batch b
              WHERE t.campaign_id = $1 AND t.member_id = b.member_id
-               AND NOT (t.state IN ('pending', 'sending') AND t.opted_out_at IS NULL)
             RETURNING t.member_id, t.state, t.opted_out_at, t.sent_at, t.last_status, t.attempts
         ),
         kept AS (
