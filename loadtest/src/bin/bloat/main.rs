@@ -100,7 +100,14 @@ impl Sizes {
 async fn main() -> anyhow::Result<()> {
     let a = Args::parse();
     let run_id = format!("bloat_{}", std::process::id());
-    let (_, pool) = loadtest::create_run_db(&a.database_url, &run_id, LIVE, 0).await?;
+    let (db_url, small) = loadtest::create_run_db(&a.database_url, &run_id, LIVE, 0).await?;
+    small.close().await;
+    // A connection per worker, plus the sampler, `status` and the archive.
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(a.workers as u32 + 4)
+        .acquire_timeout(Duration::from_secs(30))
+        .connect(&db_url)
+        .await?;
     let result = measure(&a, &pool).await;
     pool.close().await;
     loadtest::drop_run_db(&a.database_url, &run_id).await?;
@@ -385,6 +392,11 @@ async fn archive_under_load(a: &Args, pool: &PgPool) -> anyhow::Result<(f64, f64
     store::archive::complete(pool, "done-01").await?;
     let archive_s = t1.elapsed().as_secs_f64();
     let rate_during = (sent(pool.clone()).await? - n1) as f64 / archive_s;
+    if drainer.is_finished() {
+        // It should still be draining: say why it is not.
+        drainer.await??;
+        anyhow::bail!("the load campaign ran out before the archive ended: raise --archive-load-rows");
+    }
     drainer.abort();
     Ok((archive_s, rate_before, rate_during))
 }
