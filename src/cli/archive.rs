@@ -63,11 +63,7 @@ async fn archive_one(pool: &PgPool, campaign: &str, dry_run: bool) -> Result<u8,
     }
     if dry_run {
         let a = archive::archived(pool, campaign).await?;
-        let rows: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM campaign_targets WHERE campaign_id = $1")
-                .bind(campaign)
-                .fetch_one(pool)
-                .await?;
+        let rows = archive::rows_left(pool, campaign).await?;
         let resumed = if a.is_some() {
             " (resuming an interrupted archive)"
         } else {

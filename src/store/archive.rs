@@ -45,6 +45,15 @@ pub async fn unfinished(pool: &PgPool, campaign_id: &str) -> Result<(i64, i64), 
         .await
 }
 
+/// The campaign's rows still in the work table (what an archive would move, for `--dry-run`).
+pub async fn rows_left(pool: &PgPool, campaign_id: &str) -> Result<i64, sqlx::Error> {
+    // language=PostgreSQL
+    sqlx::query_scalar("SELECT count(*) FROM campaign_targets WHERE campaign_id = $1")
+        .bind(campaign_id)
+        .fetch_one(pool)
+        .await
+}
+
 /// Records the campaign's final counts (the first call's stand: a resumed archive keeps them)
 /// and returns them.
 pub async fn begin(pool: &PgPool, campaign_id: &str) -> Result<Archived, sqlx::Error> {
