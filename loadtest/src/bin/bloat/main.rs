@@ -395,7 +395,9 @@ async fn archive_under_load(a: &Args, pool: &PgPool) -> anyhow::Result<(f64, f64
     if drainer.is_finished() {
         // It should still be draining: say why it is not.
         drainer.await??;
-        anyhow::bail!("the load campaign ran out before the archive ended: raise --archive-load-rows");
+        anyhow::bail!(
+            "the load campaign ran out before the archive ended: raise --archive-load-rows"
+        );
     }
     drainer.abort();
     Ok((archive_s, rate_before, rate_during))
