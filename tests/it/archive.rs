@@ -207,3 +207,36 @@ async fn a_batch_never_moves_a_row_that_is_still_work(pool: PgPool) {
     .unwrap();
     assert_eq!(left, [1, 2, 3, 4]);
 }
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_batch_gives_up_on_a_held_lock_at_once_and_only_that_is_retried(pool: PgPool) {
+    use campaign_sender::store::archive::{is_lock_timeout, move_batch};
+    seed_finished(&pool, DONE, 10).await;
+    // Someone holds one of the rows (a long transaction, a stray psql session).
+    let mut holder = pool.begin().await.unwrap();
+    sqlx::query(
+        "SELECT 1 FROM campaign_targets WHERE campaign_id = $1 AND member_id = 5 FOR UPDATE",
+    )
+    .bind(DONE)
+    .execute(&mut *holder)
+    .await
+    .unwrap();
+    let t0 = std::time::Instant::now();
+    let held = move_batch(&pool, DONE, i64::MIN, 100, Duration::from_millis(200))
+        .await
+        .expect_err("the held row blocks the batch");
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert!(is_lock_timeout(&held), "{held}");
+    let other = sqlx::query("SELECT 1 / 0")
+        .execute(&pool)
+        .await
+        .unwrap_err();
+    assert!(!is_lock_timeout(&other), "{other}");
+    holder.rollback().await.unwrap();
+    // Nothing moved, and with the lock gone the batch goes through.
+    assert_eq!(rows_of(&pool, "campaign_targets", DONE).await, 10);
+    let moved = move_batch(&pool, DONE, i64::MIN, 100, Duration::from_millis(200))
+        .await
+        .unwrap();
+    assert_eq!(moved, Some((10, 10)));
+}
