@@ -210,14 +210,29 @@ async fn stage(
     rejects: Option<Rejects>,
     progress: &Arc<ImportProgress>,
 ) -> Result<ReadOutcome, ImportError> {
-    let (tx_data, mut rx_data) = mpsc::channel::<Vec<u8>>(4);
     let p = progress.clone();
     let Source {
         input, delimiter, ..
     } = source;
-    let reader =
-        tokio::task::spawn_blocking(move || read_input(input, delimiter, rejects, tx_data, p));
-    let mut copy = tx.copy_in_raw(sql::COPY_STAGING).await?;
+    let read = copy_from_reader(tx, sql::COPY_STAGING, move |chunks| {
+        read_input(input, delimiter, rejects, chunks, p)
+    })
+    .await?;
+    sql::analyze_staging(tx).await?;
+    Ok(read)
+}
+
+/// The one way an input reaches a staging table (`import`'s and `suppress`'s): `read` runs on a
+/// blocking thread and sends COPY-text chunks, this task copies them with `copy` as they come.
+/// A reader that fails aborts the COPY (the transaction then rolls back); its result otherwise.
+pub(crate) async fn copy_from_reader<T: Send + 'static>(
+    tx: &mut PgConnection,
+    copy: &str,
+    read: impl FnOnce(mpsc::Sender<Vec<u8>>) -> Result<T, ImportError> + Send + 'static,
+) -> Result<T, ImportError> {
+    let (tx_data, mut rx_data) = mpsc::channel::<Vec<u8>>(4);
+    let reader = tokio::task::spawn_blocking(move || read(tx_data));
+    let mut copy = tx.copy_in_raw(copy).await?;
     let mut copy_error = None;
     while let Some(chunk) = rx_data.recv().await {
         if let Err(e) = copy.send(chunk).await {
@@ -230,16 +245,16 @@ async fn stage(
     if let Some(e) = copy_error {
         return Err(e.into());
     }
-    let read = match read {
-        Ok(r) => r,
+    match read {
+        Ok(r) => {
+            copy.finish().await?;
+            Ok(r)
+        }
         Err(e) => {
             let _ = copy.abort("input rejected").await;
-            return Err(e);
+            Err(e)
         }
-    };
-    copy.finish().await?;
-    sql::analyze_staging(tx).await?;
-    Ok(read)
+    }
 }
 
 /// Every repeated line goes to the rejects and the shown errors; returns how many there were.

@@ -16,7 +16,7 @@ use sqlx::Connection;
 use tokio::sync::mpsc;
 
 use super::csv::push_copy_text;
-use super::{ImportError, ImportProgress, ImportReport, LineError, ERRORS_SHOWN};
+use super::{copy_from_reader, ImportError, ImportProgress, ImportReport, LineError, ERRORS_SHOWN};
 use crate::store::import::session;
 use crate::store::suppressions as sql;
 
@@ -94,30 +94,11 @@ pub async fn suppress(
     let mut conn = session(opts).await?;
     let mut tx = conn.begin().await?;
     sql::create_staging(&mut tx).await?;
-    let (chunks_tx, mut chunks_rx) = mpsc::channel::<Vec<u8>>(4);
     let p = progress.clone();
-    let reader = tokio::task::spawn_blocking(move || read(input, chunks_tx, p));
-    let mut copy = tx.copy_in_raw(sql::COPY_STAGING).await?;
-    let mut copy_error = None;
-    while let Some(chunk) = chunks_rx.recv().await {
-        if let Err(e) = copy.send(chunk).await {
-            copy_error = Some(e);
-            break;
-        }
-    }
-    drop(chunks_rx);
-    let read = reader.await.expect("reader thread");
-    if let Some(e) = copy_error {
-        return Err(e.into());
-    }
-    let (records, invalid, errors) = match read {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = copy.abort("input rejected").await;
-            return Err(e);
-        }
-    };
-    copy.finish().await?;
+    let (records, invalid, errors) = copy_from_reader(&mut tx, sql::COPY_STAGING, move |chunks| {
+        read(input, chunks, p)
+    })
+    .await?;
     if invalid > 0 {
         // Dropping the transaction rolls it back: nothing changed.
         let report = ImportReport {

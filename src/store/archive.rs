@@ -15,6 +15,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sqlx::{Connection, FromRow, PgPool};
 
+use super::campaigns::TARGET_CAMPAIGNS;
+
 /// A campaign's final counts, as archived.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, FromRow)]
 pub struct Archived {
@@ -175,16 +177,8 @@ pub async fn finished_before(
     cutoff: DateTime<Utc>,
 ) -> Result<Vec<String>, sqlx::Error> {
     // language=PostgreSQL
-    const OLD: &str = r#"
-        WITH RECURSIVE ids (campaign_id) AS (
-            (SELECT campaign_id FROM campaign_targets ORDER BY campaign_id LIMIT 1)
-            UNION ALL
-            SELECT (SELECT t.campaign_id FROM campaign_targets t
-                     WHERE t.campaign_id > ids.campaign_id
-                     ORDER BY t.campaign_id LIMIT 1)
-              FROM ids
-             WHERE ids.campaign_id IS NOT NULL
-        )
+    let old = format!(
+        "{TARGET_CAMPAIGNS}
         SELECT i.campaign_id
           FROM ids i
          WHERE i.campaign_id IS NOT NULL
@@ -193,7 +187,7 @@ pub async fn finished_before(
                               AND w.state IN ('pending', 'sending') AND w.opted_out_at IS NULL)
            AND (SELECT max(coalesce(updated_at, sent_at)) FROM campaign_targets c
                  WHERE c.campaign_id = i.campaign_id) < $1
-         ORDER BY 1
-    "#;
-    sqlx::query_scalar(OLD).bind(cutoff).fetch_all(pool).await
+         ORDER BY 1"
+    );
+    sqlx::query_scalar(&old).bind(cutoff).fetch_all(pool).await
 }

@@ -166,12 +166,26 @@ pub async fn exists(pool: &PgPool, campaign_id: &str) -> Result<bool, sqlx::Erro
         .await
 }
 
-/// Every campaign that exists, by name: the distinct `campaign_id`s of `campaign_targets` read
-/// as a loose index scan of its primary key (one probe per campaign, not a scan of its millions
-/// of rows), and those of `campaigns`.
+/// Every campaign that exists, by name: those with targets ([`TARGET_CAMPAIGNS`]), a settings
+/// row or an archive.
 pub async fn names(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
     // language=PostgreSQL
-    const NAMES: &str = r#"
+    let names = format!(
+        "{TARGET_CAMPAIGNS}
+        SELECT campaign_id FROM ids WHERE campaign_id IS NOT NULL
+        UNION
+        SELECT campaign_id FROM campaigns
+        UNION
+        SELECT campaign_id FROM archived_campaigns
+        ORDER BY 1"
+    );
+    sqlx::query_scalar(&names).fetch_all(pool).await
+}
+
+/// `ids (campaign_id)`: every `campaign_id` of `campaign_targets`, read as a loose index scan
+/// of its primary key (one probe per campaign, not a scan of its millions of rows), and a NULL
+/// after the last. The start of a statement (`WITH RECURSIVE …`) that goes on from it.
+pub(crate) const TARGET_CAMPAIGNS: &str = r#"
         WITH RECURSIVE ids (campaign_id) AS (
             (SELECT campaign_id FROM campaign_targets ORDER BY campaign_id LIMIT 1)
             UNION ALL
@@ -180,16 +194,7 @@ pub async fn names(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
                      ORDER BY t.campaign_id LIMIT 1)
               FROM ids
              WHERE ids.campaign_id IS NOT NULL
-        )
-        SELECT campaign_id FROM ids WHERE campaign_id IS NOT NULL
-        UNION
-        SELECT campaign_id FROM campaigns
-        UNION
-        SELECT campaign_id FROM archived_campaigns
-        ORDER BY 1
-    "#;
-    sqlx::query_scalar(NAMES).fetch_all(pool).await
-}
+        )"#;
 
 /// The kill switch alone: one primary-key lookup, polled by every running pipeline.
 pub async fn paused(pool: &PgPool, campaign_id: &str) -> Result<Option<Pause>, sqlx::Error> {

@@ -459,3 +459,44 @@ pub fn temp_path(name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir.join(name)
 }
+
+/// Members 1..=40, claimed at once by one worker and sent one at a time (100 ms each, a re-check
+/// at most 50 ms old before each send). After the third delivery `block` is committed — it must
+/// stop sends to 31..=40 and to 11..=15: the gate re-checks 16 rows at a time, so 11..=15 were
+/// cleared at the start and only a re-check within `OPTOUT_RECHECK_MS` of their send, 0.8 s
+/// later, can stop them. Returns the members delivered and the worker's counters.
+pub async fn block_mid_run(
+    pool: &PgPool,
+    block: &str,
+) -> (
+    std::collections::HashSet<i64>,
+    campaign_sender::report::WorkerStats,
+) {
+    seed(pool, CAMPAIGN, 40).await;
+    let p = slow_provider(100).await;
+    let mut cfg = config(&p.url);
+    cfg.send_concurrency = 1;
+    cfg.optout_recheck_ms = 50;
+    let w = worker(pool, cfg).await;
+    let commit = async {
+        until_stats(&p, Duration::from_secs(30), "three delivered", |s| {
+            s.delivered >= 3
+        })
+        .await;
+        sqlx::query(block).execute(pool).await.unwrap();
+    };
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let far = tokio::time::Instant::now() + Duration::from_secs(3600);
+    let (step, ()) = tokio::join!(w.step(far, &cancel), commit);
+    assert!(matches!(
+        step.unwrap(),
+        campaign_sender::worker::Step::Worked { claimed: 40 }
+    ));
+    let delivered = p.fake.deliveries().iter().map(|d| d.member_id).collect();
+    (delivered, w.stats())
+}
+
+/// The members [`block_mid_run`]'s `block` must stop.
+pub fn blocked_mid_run(member: i64) -> bool {
+    member > 30 || (11..=15).contains(&member)
+}

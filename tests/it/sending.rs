@@ -1,6 +1,5 @@
 //! Sending: retries, backoff, budget leftovers, the idempotency key, opt-outs after the claim.
 
-use std::collections::HashSet;
 use std::time::Duration;
 
 use campaign_sender::config::RunConfig;
@@ -289,43 +288,18 @@ async fn the_idempotency_key_is_the_same_on_every_attempt(pool: PgPool) {
 
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn an_opt_out_committed_after_claim_but_before_send_stops_that_send(pool: PgPool) {
-    seed(&pool, CAMPAIGN, 40).await;
-    let p = slow_provider(100).await;
-    let mut cfg = config(&p.url);
-    cfg.send_concurrency = 1;
-    cfg.optout_recheck_ms = 50;
-    let w = worker(&pool, cfg).await;
-    let opted_out = |m: i64| m > 30 || (11..=15).contains(&m);
-    let opt_out = {
-        let (pool, p) = (pool.clone(), &p);
-        async move {
-            // The batch (all 40) is claimed at once and sent one at a time, 100 ms each; after
-            // the third delivery, opt out 31..=40 and 11..=15. The gate checks 16 rows at a
-            // time, so 11..=15 were checked (and cleared) at the start: only a re-check within
-            // OPTOUT_RECHECK_MS of their send, 0.8 s later, can stop them.
-            until_stats(p, Duration::from_secs(30), "three delivered", |s| {
-                s.delivered >= 3
-            })
-            .await;
-            sqlx::query(
-                "UPDATE campaign_targets SET opted_out_at = now()
-                  WHERE member_id > 30 OR member_id BETWEEN 11 AND 15",
-            )
-            .execute(&pool)
-            .await
-            .unwrap();
-        }
-    };
-    let cancel = CancellationToken::new();
-    let (step, _) = tokio::join!(w.step(far(), &cancel), opt_out);
-    assert!(matches!(step.unwrap(), Step::Worked { claimed: 40 }));
-    let delivered: HashSet<i64> = p.fake.deliveries().iter().map(|d| d.member_id).collect();
+    let (delivered, stats) = block_mid_run(
+        &pool,
+        "UPDATE campaign_targets SET opted_out_at = now()
+          WHERE member_id > 30 OR member_id BETWEEN 11 AND 15",
+    )
+    .await;
     assert!(
-        delivered.iter().all(|&m| !opted_out(m)),
+        delivered.iter().all(|&m| !blocked_mid_run(m)),
         "sent after opt-out: {delivered:?}"
     );
     assert_eq!(delivered.len(), 25);
-    assert_eq!(w.stats().opted_out, 15);
+    assert_eq!(stats.opted_out, 15);
     let (state, attempts, _, error) = state_of(&pool, 35).await;
     assert_eq!(
         (state.as_str(), attempts, error.as_deref()),

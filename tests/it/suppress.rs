@@ -1,15 +1,11 @@
 //! The provider's suppression list: `suppress FILE` loads it atomically, a listed address is
 //! never sent to in any campaign — also when listed mid-run — and `suppress --remove` lifts it.
 
-use std::collections::HashSet;
 use std::io::Write;
 use std::time::Duration;
 
 use campaign_sender::exit;
-use campaign_sender::worker::Step;
 use sqlx::PgPool;
-use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::helpers::*;
 
@@ -137,45 +133,20 @@ async fn a_listed_address_is_never_sent_to_in_any_campaign_and_remove_lifts_it(p
 
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn an_address_listed_mid_run_is_not_sent_to_after_the_recheck(pool: PgPool) {
-    seed(&pool, CAMPAIGN, 40).await;
-    let p = slow_provider(100).await;
-    let mut cfg = config(&p.url);
-    cfg.send_concurrency = 1;
-    cfg.optout_recheck_ms = 50;
-    let w = worker(&pool, cfg).await;
-    let listed = |m: i64| m > 30 || (11..=15).contains(&m);
-    let list = {
-        let (pool, p) = (pool.clone(), &p);
-        async move {
-            // All 40 are claimed at once and sent one at a time, 100 ms each; 11..=15 were
-            // cleared by the first re-check, so only one within OPTOUT_RECHECK_MS of their
-            // send can stop them.
-            until_stats(p, Duration::from_secs(30), "three delivered", |s| {
-                s.delivered >= 3
-            })
-            .await;
-            sqlx::query(
-                "INSERT INTO suppressions (email, reason)
-                 SELECT 'member' || g || '@example.com', 'complaint'
-                   FROM generate_series(1, 40) g
-                  WHERE g > 30 OR g BETWEEN 11 AND 15",
-            )
-            .execute(&pool)
-            .await
-            .unwrap();
-        }
-    };
-    let cancel = CancellationToken::new();
-    let far = Instant::now() + Duration::from_secs(3600);
-    let (step, _) = tokio::join!(w.step(far, &cancel), list);
-    assert!(matches!(step.unwrap(), Step::Worked { claimed: 40 }));
-    let delivered: HashSet<i64> = p.fake.deliveries().iter().map(|d| d.member_id).collect();
+    let (delivered, stats) = block_mid_run(
+        &pool,
+        "INSERT INTO suppressions (email, reason)
+         SELECT 'member' || g || '@example.com', 'complaint'
+           FROM generate_series(1, 40) g
+          WHERE g > 30 OR g BETWEEN 11 AND 15",
+    )
+    .await;
     assert!(
-        delivered.iter().all(|&m| !listed(m)),
+        delivered.iter().all(|&m| !blocked_mid_run(m)),
         "sent after listing: {delivered:?}"
     );
     assert_eq!(delivered.len(), 25);
-    assert_eq!(w.stats().suppressed, 15);
+    assert_eq!(stats.suppressed, 15);
     assert_eq!(states(&pool).await["suppressed"], 15);
     assert_eq!(store(&pool).remaining().await.unwrap().total(), 0);
 }

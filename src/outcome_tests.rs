@@ -1,0 +1,367 @@
+//! The outcome decisions' tests (`src/outcome.rs`): the provider contract's status table,
+//! refusals, backoff, the failure-check cadence, the unreachable pause, addresses, Retry-After.
+
+use super::*;
+
+#[test]
+fn a_refusal_reads_back_as_stored_and_tells_what_to_check() {
+    for r in [Refusal::Account, Refusal::Endpoint] {
+        assert_eq!(Refusal::parse(r.as_str()), Some(r));
+    }
+    assert_eq!(Refusal::parse("recipient"), None);
+    let account = Refusal::Account.advice(401);
+    assert!(
+        account.contains("401") && account.contains("MAIL_API_KEY"),
+        "{account}"
+    );
+    let endpoint = Refusal::Endpoint.advice(404);
+    assert!(
+        endpoint.contains("404") && endpoint.contains("MAIL_URL"),
+        "{endpoint}"
+    );
+    for advice in [account, endpoint] {
+        assert!(advice.contains("campaign-sender resume"), "{advice}");
+    }
+}
+
+#[test]
+fn the_failure_threshold_is_checked_at_once_when_own_failures_could_cross_it() {
+    let ms = Duration::from_millis;
+    // 10 failed, budget 10: one more crosses it — checked at once, whenever the last was.
+    assert!(failure_check_due(1, 10, 10, Some(ms(10))));
+    assert!(failure_check_due(2, 9, 10, Some(ms(0))));
+    // 9 + 1 = 10 is still within the budget: not at once.
+    assert!(!failure_check_due(1, 9, 10, Some(ms(10))));
+}
+
+#[test]
+fn otherwise_the_threshold_is_checked_at_most_once_a_second_and_never_without_new_failures() {
+    let ms = Duration::from_millis;
+    assert!(failure_check_due(1, 0, 10, None), "never checked yet");
+    assert!(!failure_check_due(1, 0, 10, Some(ms(999))));
+    assert!(failure_check_due(1, 0, 10, Some(ms(1000))));
+    for since in [None, Some(ms(5000))] {
+        assert!(
+            !failure_check_due(0, 100, 10, since),
+            "no new failures: {since:?}"
+        );
+    }
+}
+
+const POLICY: RetryPolicy = RetryPolicy {
+    max_attempts: 5,
+    base: Duration::from_secs(1),
+    cap: Duration::from_secs(60),
+    retry_after_cap: Duration::from_secs(600),
+};
+
+fn classify(status: u16, retry_after: Option<Duration>) -> Attempt {
+    super::classify(status, retry_after, &Refusals::default())
+}
+
+#[test]
+fn only_an_attempt_without_any_answer_has_an_unknown_outcome() {
+    let retry = |status, class| Resolution::RetryAfter {
+        delay: Duration::ZERO,
+        status,
+        class,
+    };
+    assert!(retry(None, ErrorClass::Timeout).outcome_unknown());
+    assert!(Resolution::Failed {
+        status: None,
+        class: ErrorClass::Transport
+    }
+    .outcome_unknown());
+    for definite in [
+        retry(Some(503), ErrorClass::ServerError),
+        retry(Some(429), ErrorClass::Throttled),
+        Resolution::Sent { status: 200 },
+        Resolution::Deferred {
+            delay: Duration::ZERO,
+            class: ErrorClass::Connect,
+        },
+        Resolution::Released {
+            class: ErrorClass::Released,
+        },
+        // No request at all: the address could never be delivered.
+        Resolution::Failed {
+            status: None,
+            class: ErrorClass::InvalidEmail,
+        },
+    ] {
+        assert!(!definite.outcome_unknown(), "{definite:?}");
+    }
+}
+
+#[test]
+fn status_classes_follow_the_provider_contract() {
+    assert_eq!(classify(200, None), Attempt::Sent { status: 200 });
+    assert_eq!(classify(202, None), Attempt::Sent { status: 202 });
+    for s in [429, 500, 502, 503, 504, 599] {
+        assert!(matches!(classify(s, None), Attempt::Retry { .. }), "{s}");
+    }
+    for (s, refusal) in [
+        (401, Refusal::Account),
+        (403, Refusal::Account),
+        (404, Refusal::Endpoint),
+        (405, Refusal::Endpoint),
+    ] {
+        assert_eq!(classify(s, None), Attempt::Refused { status: s, refusal });
+    }
+    // Configurable: with no refusal statuses, a 401 is the recipient's rejection.
+    let none = Refusals {
+        account: vec![],
+        endpoint: vec![],
+    };
+    assert!(matches!(
+        super::classify(401, None, &none),
+        Attempt::Permanent { .. }
+    ));
+    for s in [400, 409, 410, 422, 499] {
+        assert!(
+            matches!(
+                classify(s, None),
+                Attempt::Permanent {
+                    class: ErrorClass::Rejected,
+                    ..
+                }
+            ),
+            "{s}"
+        );
+    }
+    for s in [100, 301, 302, 304, 600, 999] {
+        assert!(
+            matches!(
+                classify(s, None),
+                Attempt::Permanent {
+                    class: ErrorClass::UnexpectedStatus,
+                    ..
+                }
+            ),
+            "{s}"
+        );
+    }
+}
+
+#[test]
+fn a_refusal_releases_the_row_even_on_its_last_attempt() {
+    for (attempt_no, refusal, class) in [
+        (1, Refusal::Account, ErrorClass::AccountRefused),
+        (5, Refusal::Account, ErrorClass::AccountRefused),
+        (5, Refusal::Endpoint, ErrorClass::EndpointRefused),
+    ] {
+        let res = resolve(
+            Attempt::Refused {
+                status: 401,
+                refusal,
+            },
+            attempt_no,
+            &POLICY,
+            0.5,
+        );
+        assert_eq!(res, Resolution::Released { class });
+        assert_eq!(res.outcome(), "refused");
+    }
+}
+
+#[test]
+fn backoff_doubles_is_capped_and_jittered_within_half_a_step() {
+    for attempt in 1..=10u32 {
+        let step = Duration::from_secs(1 << (attempt - 1)).min(POLICY.cap);
+        let lo = backoff(&POLICY, attempt, None, 0.0);
+        let hi = backoff(&POLICY, attempt, None, 0.999_999);
+        assert_eq!(lo, step / 2, "attempt {attempt}");
+        assert!(
+            hi <= step && hi > step.mul_f64(0.99),
+            "attempt {attempt}: {hi:?}"
+        );
+    }
+}
+
+#[test]
+fn backoff_never_comes_back_before_retry_after() {
+    let d = backoff(&POLICY, 1, Some(Duration::from_secs(30)), 0.0);
+    assert_eq!(d, Duration::from_secs(30));
+    let capped = backoff(&POLICY, 1, Some(Duration::from_secs(86_400)), 0.0);
+    assert_eq!(capped, POLICY.retry_after_cap);
+}
+
+#[test]
+fn retryable_failures_become_failed_on_the_last_attempt() {
+    let retry = Attempt::Retry {
+        status: Some(503),
+        class: ErrorClass::ServerError,
+        retry_after: None,
+    };
+    for n in 1..POLICY.max_attempts {
+        assert!(
+            matches!(
+                resolve(retry.clone(), n, &POLICY, 0.5),
+                Resolution::RetryAfter { .. }
+            ),
+            "{n}"
+        );
+    }
+    assert_eq!(
+        resolve(retry, POLICY.max_attempts, &POLICY, 0.5),
+        Resolution::Failed {
+            status: Some(503),
+            class: ErrorClass::ServerError
+        }
+    );
+    let perm = Attempt::Permanent {
+        status: Some(422),
+        class: ErrorClass::Rejected,
+    };
+    assert!(matches!(
+        resolve(perm, 1, &POLICY, 0.5),
+        Resolution::Failed { .. }
+    ));
+}
+
+#[test]
+fn an_unreachable_provider_defers_the_row_without_ever_failing_it() {
+    let undelivered = Attempt::Undelivered {
+        class: ErrorClass::Connect,
+    };
+    // Even past the last attempt: the request never left, so the budget is not spent.
+    for n in [1, POLICY.max_attempts, POLICY.max_attempts + 3] {
+        assert_eq!(
+            resolve(undelivered.clone(), n, &POLICY, 0.0),
+            Resolution::Deferred {
+                delay: backoff(&POLICY, n, None, 0.0),
+                class: ErrorClass::Connect
+            },
+            "{n}"
+        );
+    }
+}
+
+#[test]
+fn the_unreachable_pause_grows_with_the_outage_between_base_and_cap() {
+    let p = |s: f64, j: f64| unreachable_pause(&POLICY, Duration::from_secs_f64(s), j);
+    // A blip: at least the base (equal jitter: half fixed, half random).
+    assert_eq!(p(0.0, 0.0), POLICY.base / 2);
+    assert_eq!(p(0.0, 0.999_999).as_millis(), 999);
+    // As long again as it has been down...
+    assert_eq!(p(8.0, 0.0), Duration::from_secs(4));
+    assert_eq!(p(8.0, 0.5), Duration::from_secs(6));
+    // ...up to the cap.
+    assert_eq!(p(3600.0, 0.0), POLICY.cap / 2);
+    assert!(p(3600.0, 0.999_999) <= POLICY.cap);
+    assert!(p(3600.0, 0.999_999) > POLICY.cap.mul_f64(0.99));
+}
+
+#[test]
+fn implausible_addresses_are_caught_before_a_request() {
+    for ok in ["a@b.co", "ü.ser@exämple.jp", "x+tag@sub.example.com"] {
+        assert!(plausible_email(Some(ok)), "{ok}");
+    }
+    let long = format!("{}@example.com", "a".repeat(300));
+    for bad in [
+        "",
+        "no-at",
+        "@example.com",
+        "a@",
+        "a@b",
+        "a b@c.d",
+        "a@b@c.d",
+        "a@.com",
+        long.as_str(),
+    ] {
+        assert!(!plausible_email(Some(bad)), "{bad:?}");
+    }
+    assert!(!plausible_email(None));
+}
+
+#[test]
+fn addresses_at_the_length_limits_are_judged_by_the_rfc_limits() {
+    // 254 bytes in all and 64 in the local part are allowed; one more is not.
+    let at_limit = format!("{}@{}.com", "l".repeat(64), "d".repeat(254 - 64 - 1 - 4));
+    assert_eq!(at_limit.len(), 254);
+    assert!(plausible_email(Some(&at_limit)));
+    let too_long = format!("{}@{}.com", "l".repeat(64), "d".repeat(254 - 64 - 4));
+    assert!(!plausible_email(Some(&too_long)));
+    assert!(!plausible_email(Some(&format!(
+        "{}@example.com",
+        "l".repeat(65)
+    ))));
+    for bad in ["a@b.", "a\tb@c.d", "a@c.d\u{7}"] {
+        assert!(!plausible_email(Some(bad)), "{bad:?}");
+    }
+}
+
+#[test]
+fn error_classes_and_outcomes_keep_their_stored_and_exported_names() {
+    // `last_error` in the database, `retry-failed --class`, and metric labels read these
+    // names: renaming one silently splits a dashboard or a retry.
+    let classes = [
+        (ErrorClass::Throttled, "throttled"),
+        (ErrorClass::ServerError, "server_error"),
+        (ErrorClass::Timeout, "timeout"),
+        (ErrorClass::Connect, "connect"),
+        (ErrorClass::Transport, "transport"),
+        (ErrorClass::Rejected, "rejected"),
+        (ErrorClass::UnexpectedStatus, "unexpected_status"),
+        (ErrorClass::InvalidEmail, "invalid_email"),
+        (ErrorClass::OptedOut, "opted_out"),
+        (ErrorClass::Released, "released"),
+        (ErrorClass::AccountRefused, "account_refused"),
+        (ErrorClass::EndpointRefused, "endpoint_refused"),
+    ];
+    for (c, name) in classes {
+        assert_eq!(c.as_str(), name);
+    }
+    let outcomes = [
+        (Resolution::Sent { status: 200 }, "sent"),
+        (
+            Resolution::RetryAfter {
+                delay: Duration::ZERO,
+                status: None,
+                class: ErrorClass::Timeout,
+            },
+            "retry",
+        ),
+        (
+            Resolution::Failed {
+                status: None,
+                class: ErrorClass::Rejected,
+            },
+            "failed",
+        ),
+        (
+            Resolution::Released {
+                class: ErrorClass::OptedOut,
+            },
+            "opted_out",
+        ),
+        (
+            Resolution::Released {
+                class: ErrorClass::Released,
+            },
+            "released",
+        ),
+        (
+            Resolution::Deferred {
+                delay: Duration::ZERO,
+                class: ErrorClass::Connect,
+            },
+            "deferred",
+        ),
+    ];
+    for (r, name) in outcomes {
+        assert_eq!(r.outcome(), name);
+    }
+}
+
+#[test]
+fn retry_after_accepts_seconds_and_http_dates() {
+    let now = std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    assert_eq!(parse_retry_after("7", now), Some(Duration::from_secs(7)));
+    let later = httpdate::fmt_http_date(now + Duration::from_secs(120));
+    assert_eq!(
+        parse_retry_after(&later, now),
+        Some(Duration::from_secs(120))
+    );
+    assert_eq!(parse_retry_after("soon", now), None);
+}
