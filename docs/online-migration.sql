@@ -1,8 +1,9 @@
 -- The online-safe form of the migrations that touch campaign_targets, for a large live table
 -- (our users: 1.2 M rows on Cloud SQL, the old CronJob possibly still reading it): steps 1-4
 -- are migrations/20261202000001_campaign_targets.sql, step 5 the table's part of
--- migrations/20261205000004_spanning_days.sql, step 6 migrations/20261205000006_…. Run it statement by statement with psql BEFORE
--- the `campaign-sender migrate` that applies them (docs/MIGRATION.md); those migrations then
+-- migrations/20261205000004_spanning_days.sql, step 6 migrations/20261205000006_…, step 7
+-- migrations/20261205000008_…. Run it statement by statement with psql BEFORE the
+-- `campaign-sender migrate` that applies them (docs/MIGRATION.md); those migrations then
 -- find everything in place. Each statement is safe to run again.
 -- Nothing here holds a lock that blocks reads or writes for longer than a catalog update.
 -- tests/it/migrate.rs runs this file and checks it ends in the same schema as the migration.
@@ -95,6 +96,13 @@ CREATE TABLE IF NOT EXISTS suppressions (
     email      text        PRIMARY KEY CHECK (email = lower(email) AND email <> ''),
     reason     text        NOT NULL,
     created_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- 7. Autovacuum by dead-row count (migrations/20261205000008_autovacuum.sql): storage
+--    parameters only, under SHARE UPDATE EXCLUSIVE (reads and writes go on), no rewrite.
+ALTER TABLE campaign_targets SET (
+    autovacuum_vacuum_scale_factor = 0,
+    autovacuum_vacuum_threshold = 20000
 );
 
 RESET lock_timeout;

@@ -46,6 +46,10 @@ for i in "${selected[@]}"; do
     case "$t" in
       lib) args=(-p campaign-sender --lib) ;;
       it:*) args=(-p campaign-sender --test it -- "${t#it:}") ;;
+      sh:*) # A check script of scripts/, on a throwaway PostgreSQL of its own.
+        (cd "$tree" && env -u DATABASE_URL "scripts/${t#sh:}" >/dev/null 2>&1) && continue
+        red="scripts/${t#sh:}"
+        break ;;
       *) echo "mutation '$name': unknown test filter '$t'" >&2; exit 1 ;;
     esac
     out=$(cd "$tree" && cargo test --locked -q "${args[@]}" 2>&1) && continue

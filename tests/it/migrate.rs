@@ -27,6 +27,20 @@ async fn a_legacy_table_with_sent_at_rows_migrates_and_those_rows_are_never_sent
 
     let st = states(&pool).await;
     assert_eq!((st.get("sent"), st.get("pending")), (Some(&60), Some(&40)));
+    // Autovacuum by dead-row count, whatever the table's size (migration …000008).
+    let options: Vec<String> = sqlx::query_scalar(
+        "SELECT unnest(reloptions) FROM pg_class WHERE relname = 'campaign_targets'",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        options,
+        [
+            "autovacuum_vacuum_scale_factor=0",
+            "autovacuum_vacuum_threshold=20000"
+        ]
+    );
     let p = provider(FakeConfig::default()).await;
     let report = run_to_end(&pool, config(&p.url)).await;
     assert_eq!(report.exit_code, 0);
@@ -87,6 +101,9 @@ async fn schema(pool: &PgPool) -> Vec<String> {
          UNION ALL
          SELECT 'idx ' || pg_get_indexdef(indexrelid) || ' ' || indisvalid
            FROM pg_index WHERE indrelid = 'campaign_targets'::regclass
+         UNION ALL
+         SELECT 'opt ' || opt FROM pg_class, unnest(reloptions) opt
+          WHERE oid = 'campaign_targets'::regclass
          ORDER BY 1",
     )
     .fetch_all(pool)

@@ -45,9 +45,15 @@ struct Args {
     /// Rows per second the drain is paced to (all workers together).
     #[arg(long, default_value_t = 4_000)]
     rate: u64,
-    /// Seconds to wait after the drain before the sizes are measured again.
-    #[arg(long, default_value_t = 60)]
-    settle_s: u64,
+    /// Seconds to wait after the drain before the sizes are measured again (default: 60 s of
+    /// the provider's 500/s, scaled like --naptime-s).
+    #[arg(long)]
+    settle_s: Option<f64>,
+    /// `autovacuum_naptime` set on the (throwaway) server for the run. Default: PostgreSQL's
+    /// 60 s scaled by 500 / --rate, so a drain faster than the provider's 500/s meets as many
+    /// autovacuum rounds per sent row as the real one (at 4 000/s: 7.5 s).
+    #[arg(long)]
+    naptime_s: Option<f64>,
     /// Per-table storage parameters applied before seeding, `k=v,k=v`.
     #[arg(long, default_value = "")]
     tuning: String,
@@ -58,6 +64,8 @@ struct Args {
 }
 
 const LIVE: &str = "live";
+/// The provider's rate the harness's time is scaled to.
+const PROVIDER_PER_S: f64 = 500.0;
 const LOAD: &str = "load";
 const BATCH: u32 = 200;
 
@@ -108,7 +116,10 @@ async fn main() -> anyhow::Result<()> {
         .acquire_timeout(Duration::from_secs(30))
         .connect(&db_url)
         .await?;
-    let result = measure(&a, &pool).await;
+    let naptime = a.naptime_s.unwrap_or(60.0 * PROVIDER_PER_S / a.rate as f64);
+    set_naptime(&pool, Some(naptime)).await?;
+    let result = measure(&a, &pool, naptime).await;
+    set_naptime(&pool, None).await?;
     pool.close().await;
     loadtest::drop_run_db(&a.database_url, &run_id).await?;
     let report = result?;
@@ -116,9 +127,27 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Sets (or, with `None`, resets) the server's `autovacuum_naptime`.
+async fn set_naptime(pool: &PgPool, seconds: Option<f64>) -> anyhow::Result<()> {
+    let sql = match seconds {
+        Some(s) => format!(
+            "ALTER SYSTEM SET autovacuum_naptime = '{}ms'",
+            (s * 1000.0) as u64
+        ),
+        None => "ALTER SYSTEM RESET autovacuum_naptime".into(),
+    };
+    sqlx::query(&sql)
+        .execute(pool)
+        .await
+        .context("autovacuum_naptime (the harness needs a superuser on a throwaway server)")?;
+    sqlx::query("SELECT pg_reload_conf()").execute(pool).await?;
+    Ok(())
+}
+
 #[derive(Debug, Serialize)]
 struct Report {
     tuning: String,
+    naptime_s: f64,
     rows_total: i64,
     fresh_claim_ms: (f64, f64),
     claim_ms_by_tenth: Vec<(f64, f64)>,
@@ -136,7 +165,12 @@ struct Report {
     rate_during_archive: f64,
 }
 
-async fn measure(a: &Args, pool: &PgPool) -> anyhow::Result<Report> {
+async fn measure(a: &Args, pool: &PgPool, naptime: f64) -> anyhow::Result<Report> {
+    anyhow::ensure!(
+        a.finished >= 1,
+        "--finished must be at least 1 (one is archived)"
+    );
+    let settle_s = a.settle_s.unwrap_or(60.0 * PROVIDER_PER_S / a.rate as f64);
     if !a.tuning.is_empty() {
         sqlx::query(&format!("ALTER TABLE campaign_targets SET ({})", a.tuning))
             .execute(pool)
@@ -168,7 +202,7 @@ async fn measure(a: &Args, pool: &PgPool) -> anyhow::Result<Report> {
     let mut samples = Vec::new();
     let drained = drain(a, pool, LIVE, a.rows, Some(&mut samples)).await?;
     let after = Sizes::take(pool).await?;
-    tokio::time::sleep(Duration::from_secs(a.settle_s)).await;
+    tokio::time::sleep(Duration::from_secs_f64(settle_s)).await;
     let settled = Sizes::take(pool).await?;
     let growth = (settled.total() - before.total()) as f64 / a.rows as f64;
     let hot_share = (settled.hot_updates - before.hot_updates) as f64
@@ -183,14 +217,15 @@ async fn measure(a: &Args, pool: &PgPool) -> anyhow::Result<Report> {
     eprintln!("archive of 1 campaign: {archive_s:.1} s; the other campaign's rate {rate_before:.0}/s before, {rate_during:.0}/s during");
     let p99_at_scale = drained.p(0.99);
     eprintln!(
-        "\n| tuning | rows | growth per sent row | HOT share | dead tuples after / settled | claim p50 / p99, fresh | claim p50 / p99, {} rows | status live / finished | archive {} rows (rate of another campaign before → during) |",
+        "\n| tuning | rows | drain rate, naptime, settle | growth per sent row | HOT share | dead tuples after / settled | claim p50 / p99, fresh | claim p50 / p99, {} rows | status live / finished | archive {} rows (rate of another campaign before → during) |",
         (a.finished + 1) * a.rows, a.rows
     );
-    eprintln!("|---|---|---|---|---|---|---|---|---|");
+    eprintln!("|---|---|---|---|---|---|---|---|---|---|");
     eprintln!(
-        "| {} | {} | {growth:.0} B | {:.0} % | {} / {} | {:.1} / {:.1} ms | {:.1} / {p99_at_scale:.1} ms ({:.2}×) | {status_live_ms:.0} / {status_finished_ms:.0} ms | {archive_s:.1} s ({rate_before:.0} → {rate_during:.0}/s) |",
+        "| {} | {} | {}/s, {naptime} s, {settle_s} s | {growth:.0} B | {:.0} % | {} / {} | {:.1} / {:.1} ms | {:.1} / {p99_at_scale:.1} ms ({:.2}×) | {status_live_ms:.0} / {status_finished_ms:.0} ms | {archive_s:.1} s ({rate_before:.0} → {rate_during:.0}/s) |",
         if a.tuning.is_empty() { "none" } else { &a.tuning },
         (a.finished + 1) * a.rows,
+        a.rate,
         hot_share * 100.0,
         after.dead_tuples,
         settled.dead_tuples,
@@ -201,6 +236,7 @@ async fn measure(a: &Args, pool: &PgPool) -> anyhow::Result<Report> {
     );
     Ok(Report {
         tuning: a.tuning.clone(),
+        naptime_s: naptime,
         rows_total: (a.finished + 1) * a.rows,
         fresh_claim_ms: (fresh.p(0.5), fresh.p(0.99)),
         claim_ms_by_tenth: drained.by_tenth(),
@@ -359,7 +395,7 @@ async fn time_status(pool: &PgPool, campaign: &str) -> anyhow::Result<f64> {
     Ok(ms)
 }
 
-/// Archives `done-01` (its rows moved as `campaign-sender archive` moves them) while a second
+/// Archives `done-00` (its rows moved as `campaign-sender archive` moves them) while a second
 /// live campaign drains; returns the archive's seconds and the drain's rate before and during.
 async fn archive_under_load(a: &Args, pool: &PgPool) -> anyhow::Result<(f64, f64, f64)> {
     let load_rows = a.archive_load_rows.unwrap_or(a.rate as i64 * 180);
@@ -382,14 +418,14 @@ async fn archive_under_load(a: &Args, pool: &PgPool) -> anyhow::Result<(f64, f64
     tokio::time::sleep(Duration::from_secs(5)).await;
     let rate_before = (sent(pool.clone()).await? - n0) as f64 / t0.elapsed().as_secs_f64();
     let (n1, t1) = (sent(pool.clone()).await?, Instant::now());
-    store::archive::begin(pool, "done-01").await?;
+    store::archive::begin(pool, "done-00").await?;
     let mut after = i64::MIN;
     while let Some((_, last)) =
-        store::archive::move_batch(pool, "done-01", after, 5_000, Duration::from_secs(2)).await?
+        store::archive::move_batch(pool, "done-00", after, 5_000, Duration::from_secs(2)).await?
     {
         after = last;
     }
-    store::archive::complete(pool, "done-01").await?;
+    store::archive::complete(pool, "done-00").await?;
     let archive_s = t1.elapsed().as_secs_f64();
     let rate_during = (sent(pool.clone()).await? - n1) as f64 / archive_s;
     if drainer.is_finished() {
