@@ -274,3 +274,24 @@ async fn a_schema_check_refused_for_another_reason_fails_at_once_naming_it(pool:
     );
     assert_eq!(p.fake.stats().requests, 0);
 }
+
+/// The heartbeat (`lease_until`) and the re-check's stamp (`started_at`; `state`, `lease_until`
+/// and `updated_at` rewritten unchanged) can be HOT updates — no new index entries, space
+/// reclaimed by page pruning without a VACUUM — only while no index reads those columns, in
+/// its key or in its predicate (docs/DESIGN.md, "The table grows").
+#[sqlx::test]
+async fn no_index_reads_a_column_only_the_heartbeat_or_the_stamp_change(pool: PgPool) {
+    let indexes: Vec<String> = sqlx::query_scalar(
+        "SELECT pg_get_indexdef(indexrelid) FROM pg_index
+          WHERE indrelid = 'campaign_targets'::regclass",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert!(indexes.len() >= 5, "{indexes:?}");
+    for def in &indexes {
+        for column in ["lease_until", "started_at", "updated_at"] {
+            assert!(!def.contains(column), "{def} reads {column}");
+        }
+    }
+}
