@@ -35,6 +35,8 @@ run limit-4w-faults --targets 30000 --workers 4 --faults standard
 run unlimited-4w    --targets 100000 --workers 4 --provider-rate 0 --latency-ms 0 --jitter-ms 0 --faults none
 run rss-10k         --targets 10000 --workers 4 --provider-rate 0 --latency-ms 0 --jitter-ms 0 --faults none
 run rss-1.2m        --targets 1200000 --workers 4 --provider-rate 0 --latency-ms 0 --jitter-ms 0 --faults none --timeout-s 600
+run one-pod-http    --targets 30000 --workers 1 --jitter-ms 20 --faults none
+run one-pod-tls     --targets 30000 --workers 1 --jitter-ms 20 --faults none --tls
 run sigkill         --targets 30000 --workers 4 --faults none --kill-after-s 15 --kill-signal KILL
 run sigterm         --targets 30000 --workers 4 --faults none --kill-after-s 15 --kill-signal TERM
 echo "results: $out" >&2

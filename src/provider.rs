@@ -8,14 +8,16 @@
 //! suppresses repeats for 24 h, which is what makes a re-send after a crash harmless), and
 //! `Authorization: Bearer {MAIL_API_KEY}` when a key is set.
 //!
-//! HTTPS is verified (rustls, the built-in Mozilla roots of webpki-roots, names checked); there
-//! is deliberately no switch to accept an unverified certificate: an endpoint that fails the
-//! handshake never sees an address or the key, and counts as unreachable (rows deferred, not
-//! failed). Tested by `tls::an_https_provider_whose_certificate_we_cannot_verify_gets_no_request`.
+//! HTTPS is verified (rustls, the built-in Mozilla roots of webpki-roots plus the CAs of
+//! `MAIL_CA_FILE` if set, names checked); there is deliberately no switch to accept an
+//! unverified certificate: an endpoint that fails the handshake never sees an address or the
+//! key, and counts as unreachable (rows deferred, not failed). Tested by
+//! `tls::an_https_provider_whose_certificate_we_cannot_verify_gets_no_request` and
+//! `tls::a_provider_behind_a_private_ca_is_trusted_only_with_mail_ca_file`.
 
 use std::time::{Duration, SystemTime};
 
-use crate::config::{RunConfig, Secret};
+use crate::config::{ConfigError, RunConfig, Secret};
 use crate::outcome::{classify, parse_retry_after, Attempt, ErrorClass, Refusals};
 
 /// At most this much of a response body is read (and then dropped): enough to keep the
@@ -47,10 +49,16 @@ pub struct Provider {
 }
 
 impl Provider {
-    pub fn new(cfg: &RunConfig) -> Result<Self, reqwest::Error> {
+    /// The client for `cfg`'s provider. Fails on a `MAIL_CA_FILE` that cannot be used, or if
+    /// the TLS stack cannot be built.
+    pub fn new(cfg: &RunConfig) -> Result<Self, ConfigError> {
         let connect = Duration::from_millis(cfg.connect_timeout_ms);
         let read = Duration::from_millis(cfg.read_timeout_ms);
-        let client = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder();
+        for root in cfg.mail_roots()? {
+            builder = builder.add_root_certificate(root);
+        }
+        let client = builder
             .connect_timeout(connect)
             .read_timeout(read)
             .redirect(reqwest::redirect::Policy::none())
@@ -63,7 +71,8 @@ impl Provider {
                 env!("CARGO_PKG_VERSION"),
                 cfg.worker_name()
             ))
-            .build()?;
+            .build()
+            .map_err(|e| ConfigError::new("MAIL_URL", format!("no HTTP client for it: {e}")))?;
         Ok(Self {
             total: cfg.request_timeout(),
             client,

@@ -622,5 +622,29 @@ pub async fn spawn(
     Ok((bound, p, handle))
 }
 
+/// [`spawn`] over HTTPS: the certificate chain and key are PEM files (`scripts/tls-certs.sh`
+/// makes a pair for `localhost`).
+pub async fn spawn_tls(
+    cfg: FakeConfig,
+    addr: SocketAddr,
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> std::io::Result<(SocketAddr, Arc<FakeProvider>, tokio::task::JoinHandle<()>)> {
+    // ring, the provider reqwest's rustls uses too (a second call finds it installed).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let tls = axum_server::tls_rustls::RustlsConfig::from_pem_file(cert, key).await?;
+    let listener = std::net::TcpListener::bind(addr)?;
+    listener.set_nonblocking(true)?;
+    let bound = listener.local_addr()?;
+    let p = FakeProvider::new(cfg);
+    let app = router(p.clone());
+    let handle = tokio::spawn(async move {
+        let _ = axum_server::from_tcp_rustls(listener, tls)
+            .serve(app.into_make_service())
+            .await;
+    });
+    Ok((bound, p, handle))
+}
+
 #[cfg(test)]
 mod tests;

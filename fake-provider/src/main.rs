@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use clap::Parser;
-use fake_provider::{spawn, FakeConfig};
+use fake_provider::{spawn, spawn_tls, FakeConfig};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -48,6 +48,13 @@ struct Args {
     /// The answer to a request for a suppressed address (406; 200 accepts and drops it).
     #[arg(long, env = "FAKE_SUPPRESSED_STATUS", default_value_t = 406)]
     suppressed_status: u16,
+    /// Serve HTTPS with this PEM certificate chain (with --tls-key), for the name `localhost`
+    /// (`scripts/tls-certs.sh`); the banner then gives an https://localhost URL.
+    #[arg(long, env = "FAKE_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, env = "FAKE_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
 }
 
 #[tokio::main]
@@ -73,8 +80,18 @@ async fn main() -> anyhow::Result<()> {
         late_ms: a.late_ms,
         suppressed_status: a.suppressed_status,
     };
-    let (addr, _state, server) = spawn(cfg, a.listen).await?;
-    println!("listening on http://{addr}");
+    let server = match (&a.tls_cert, &a.tls_key) {
+        (Some(cert), Some(key)) => {
+            let (addr, _state, server) = spawn_tls(cfg, a.listen, cert, key).await?;
+            println!("listening on https://localhost:{}", addr.port());
+            server
+        }
+        _ => {
+            let (addr, _state, server) = spawn(cfg, a.listen).await?;
+            println!("listening on http://{addr}");
+            server
+        }
+    };
     tokio::select! {
         _ = server => {}
         _ = tokio::signal::ctrl_c() => {}

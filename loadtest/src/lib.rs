@@ -49,6 +49,18 @@ pub fn unix_ms() -> u64 {
         .as_millis() as u64
 }
 
+/// An HTTP client for the fake provider's control endpoints, trusting `ca` (a PEM file) besides
+/// the public roots when the fake serves HTTPS.
+pub fn http_client(ca: Option<&std::path::Path>) -> anyhow::Result<reqwest::Client> {
+    let mut b = reqwest::Client::builder();
+    if let Some(ca) = ca {
+        for cert in reqwest::Certificate::from_pem_bundle(&std::fs::read(ca)?)? {
+            b = b.add_root_certificate(cert);
+        }
+    }
+    Ok(b.build()?)
+}
+
 /// The `fake-provider` binary as a child process, killed on drop.
 pub struct Provider {
     child: Child,

@@ -161,7 +161,7 @@ async fn work(db: &DbConfig, serve: bool, shutdown: CancellationToken) -> u8 {
     let worker = match Worker::new(cfg, store, outage_limit) {
         Ok(w) => w,
         Err(e) => {
-            error!(error = %e, "cannot build the HTTP client (TLS roots?)");
+            error!(error = %e, "cannot build the provider's HTTP client");
             return exit::CONFIG;
         }
     };

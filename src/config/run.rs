@@ -18,6 +18,12 @@ pub struct RunConfig {
     /// `MAIL_API_KEY` (optional): sent as `Authorization: Bearer …` when set.
     #[serde(default)]
     pub mail_api_key: Option<Secret>,
+    /// `MAIL_CA_FILE` (default unset: the public web roots only): a PEM file of CA
+    /// certificates trusted for `MAIL_URL` besides the built-in public roots, for an endpoint
+    /// behind a private CA (a staging fake provider, an egress proxy that re-signs TLS). Names
+    /// are still checked; nothing turns verification off.
+    #[serde(default)]
+    pub mail_ca_file: Option<String>,
     /// `BATCH_SIZE` (default 200): rows per claim.
     #[serde(default = "defaults::batch_size")]
     pub batch_size: u32,
@@ -250,6 +256,7 @@ impl RunConfig {
             return Err(ConfigError::new("CAMPAIGN_ID", "must not be empty"));
         }
         check_mail_url(&self.mail_url)?;
+        self.mail_roots()?;
         if self
             .mail_api_key
             .as_ref()
@@ -437,6 +444,22 @@ impl RunConfig {
         Duration::from_millis(self.pause_poll_ms)
     }
 
+    /// The CA certificates of `MAIL_CA_FILE` (none when unset), read and parsed: a file that
+    /// cannot be read or holds no certificate is a configuration error, checked at start.
+    pub fn mail_roots(&self) -> Result<Vec<reqwest::Certificate>, ConfigError> {
+        let Some(path) = &self.mail_ca_file else {
+            return Ok(Vec::new());
+        };
+        let bad = |why: String| ConfigError::new("MAIL_CA_FILE", format!("{why} ({path})"));
+        let pem = std::fs::read(path).map_err(|e| bad(format!("cannot be read: {e}")))?;
+        let roots = reqwest::Certificate::from_pem_bundle(&pem)
+            .map_err(|e| bad(format!("is not a PEM file of certificates: {e}")))?;
+        if roots.is_empty() {
+            return Err(bad("holds no PEM certificate".into()));
+        }
+        Ok(roots)
+    }
+
     /// The provider retry timing: `MAX_ATTEMPTS`, `BACKOFF_BASE_MS`, `BACKOFF_MAX_MS`,
     /// `RETRY_AFTER_MAX_S`.
     pub fn retry_policy(&self) -> RetryPolicy {
@@ -529,6 +552,19 @@ mod tests {
         );
         assert_eq!((c.connect_timeout_ms, c.read_timeout_ms), (2000, 5000));
         assert_eq!(c.idempotency_window_s, 86_400);
+    }
+
+    #[test]
+    fn a_mail_ca_file_that_cannot_be_used_is_refused_at_start_naming_it() {
+        let missing = RunConfig::from_vars(vars(&[("MAIL_CA_FILE", "/nonexistent/ca.pem")]));
+        assert_eq!(missing.unwrap_err().var, "MAIL_CA_FILE");
+        let not_pem = std::env::temp_dir().join(format!("cs-not-pem-{}", std::process::id()));
+        std::fs::write(&not_pem, "not a certificate\n").unwrap();
+        let empty = RunConfig::from_vars(vars(&[("MAIL_CA_FILE", not_pem.to_str().unwrap())]));
+        let _ = std::fs::remove_file(&not_pem);
+        let err = empty.unwrap_err();
+        assert_eq!(err.var, "MAIL_CA_FILE");
+        assert!(err.problem.contains("no PEM certificate"), "{err}");
     }
 
     #[test]

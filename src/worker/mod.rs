@@ -53,7 +53,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::config::RunConfig;
+use crate::config::{ConfigError, RunConfig};
 use crate::outcome::RetryPolicy;
 use crate::provider::Provider;
 use crate::rate::{Coordinator, CoordinatorSettings, Pacer, Signals};
@@ -102,12 +102,8 @@ pub struct Worker {
 
 impl Worker {
     /// A worker for `cfg`'s campaign on `store`. Fails only if the HTTP client cannot be built
-    /// (no TLS roots).
-    pub fn new(
-        cfg: RunConfig,
-        store: Store,
-        outage_limit: Duration,
-    ) -> Result<Self, reqwest::Error> {
+    /// ([`Provider::new`]).
+    pub fn new(cfg: RunConfig, store: Store, outage_limit: Duration) -> Result<Self, ConfigError> {
         let provider = Provider::new(&cfg)?;
         let pacer = Pacer::new();
         let (coordinator, signals) = Coordinator::new(

@@ -205,3 +205,47 @@ async fn an_https_provider_whose_certificate_we_cannot_verify_gets_no_request(po
         "{rows:?}"
     );
 }
+
+/// `MAIL_CA_FILE` adds a private CA to the public roots, and only that CA: the fake provider
+/// over HTTPS with a certificate from a throwaway CA gets no request while the worker trusts
+/// another CA (deferred as unreachable, not failed), and the whole campaign once it trusts the
+/// right one. Names are still checked (the certificate is for `localhost`).
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_provider_behind_a_private_ca_is_trusted_only_with_mail_ca_file(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 5).await;
+    let dir = std::env::temp_dir().join(format!("cs-tls-{}", uuid::Uuid::new_v4()));
+    let certs = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/tls-certs.sh"))
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(certs.status.success(), "{certs:?}");
+    let (addr, fake, _server) = fake_provider::spawn_tls(
+        FakeConfig::default(),
+        "127.0.0.1:0".parse().unwrap(),
+        &dir.join("server.crt"),
+        &dir.join("server.key"),
+    )
+    .await
+    .unwrap();
+    let url = format!("https://localhost:{}/v1/send", addr.port());
+    let ca = |name: &str| Some(dir.join(name).to_str().unwrap().to_string());
+
+    let mut other = config(&url);
+    other.mail_ca_file = ca("other-ca.crt");
+    other.deadline_s = 2;
+    let report = run_to_end(&pool, other).await;
+    assert_eq!(report.stats.failed, 0, "{report:?}");
+    assert_eq!(
+        fake.stats().requests,
+        0,
+        "a request got through: {report:?}"
+    );
+
+    let mut trusted = config(&url);
+    trusted.mail_ca_file = ca("ca.crt");
+    let report = run_to_end(&pool, trusted).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(report.exit_code, exit::DONE, "{report:?}");
+    assert_eq!(states(&pool).await.get("sent"), Some(&5), "{report:?}");
+    assert_eq!(fake.deliveries().len(), 5);
+}

@@ -28,6 +28,8 @@ pub struct Run {
     pub timeline: Vec<(f64, u64)>,
     /// Peak RSS per worker, KiB.
     pub rss: Vec<u64>,
+    /// CPU time (user + system) per worker, clock ticks of 1/100 s, as last sampled.
+    pub cpu_ticks: Vec<u64>,
     pub codes: Vec<Option<i32>>,
     /// Workers we sent a signal.
     pub signalled: Vec<bool>,
@@ -51,6 +53,15 @@ pub fn worker_rate(a: &Args) -> u32 {
             100_000
         }
     })
+}
+
+/// utime + stime of /proc/PID/stat, in USER_HZ ticks (1/100 s on Linux).
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let rest: Vec<&str> = s.rsplit_once(')')?.1.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    Some(rest.get(11)?.parse::<u64>().ok()? + rest.get(12)?.parse::<u64>().ok()?)
 }
 
 fn peak_rss_kib(pid: u32) -> Option<u64> {
@@ -87,6 +98,11 @@ impl Fleet {
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
+        .chain(
+            a.ca_file
+                .iter()
+                .map(|f| ("MAIL_CA_FILE".to_string(), f.display().to_string())),
+        )
         .collect();
         let mut f = Self {
             sender: loadtest::sibling("campaign-sender")?,
@@ -126,6 +142,7 @@ impl Fleet {
         let mut run = Run {
             timeline: Vec::new(),
             rss: vec![0; n],
+            cpu_ticks: vec![0; n],
             codes: vec![None; n],
             signalled: vec![false; n],
             happened: Vec::new(),
@@ -139,7 +156,7 @@ impl Fleet {
         pending.reverse();
         let mut killed: Option<(Instant, Vec<i64>)> = None;
         let hard_stop = started + Duration::from_secs(a.timeout_s + 30);
-        let http = reqwest::Client::new();
+        let http = loadtest::http_client(a.ca_file.as_deref())?;
         while run.codes.iter().any(Option::is_none) {
             self.play_due(&mut pending, &mut run, started, provider_t0)?;
             self.kill_experiment(a, &mut killed, &mut run, started)
@@ -198,6 +215,7 @@ impl Fleet {
             if what == "join" {
                 let i = self.spawn()?;
                 run.rss.push(0);
+                run.cpu_ticks.push(0);
                 run.codes.push(None);
                 run.signalled.push(false);
                 eprintln!("  t={t:.1}s: worker-{i} joins");
@@ -270,6 +288,9 @@ impl Fleet {
             if run.codes[i].is_none() {
                 if let Some(k) = peak_rss_kib(w.id()) {
                     run.rss[i] = run.rss[i].max(k);
+                }
+                if let Some(t) = cpu_ticks(w.id()) {
+                    run.cpu_ticks[i] = run.cpu_ticks[i].max(t);
                 }
                 if let Some(st) = w.try_wait()? {
                     run.codes[i] = Some(st.code().unwrap_or(-1));

@@ -23,7 +23,7 @@ mod summary;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
+use anyhow::{bail, Context};
 use clap::Parser;
 
 use fleet::Fleet;
@@ -90,6 +90,14 @@ pub struct Args {
     /// Keep the run's database afterwards.
     #[arg(long)]
     keep: bool,
+    /// The provider over HTTPS: a throwaway CA and a certificate for `localhost`
+    /// (`scripts/tls-certs.sh`, in the run's log directory), trusted by the workers through
+    /// `MAIL_CA_FILE` — what TLS costs the workers in CPU and memory.
+    #[arg(long)]
+    tls: bool,
+    /// The CA the workers and the harness trust (set by --tls).
+    #[arg(skip)]
+    ca_file: Option<PathBuf>,
 }
 
 fn parse_event(s: &str) -> Result<(f64, String), String> {
@@ -105,7 +113,7 @@ fn parse_event(s: &str) -> Result<(f64, String), String> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let a = Args::parse();
+    let mut a = Args::parse();
     if a.targets <= 0 || a.workers == 0 {
         bail!("--targets and --workers must be positive");
     }
@@ -122,16 +130,29 @@ async fn main() -> anyhow::Result<()> {
     let loops = a.ceiling_loops.unwrap_or(a.workers);
     let ceiling = db_ceiling(&db_url, loops, ceiling_rows, a.batch_size).await?;
     eprintln!("  database ceiling: {ceiling:.0} rows/s (claim + finish of {ceiling_rows} rows, {loops} loops)");
-    let provider_t0 = Instant::now();
-    let provider = loadtest::start_provider(&loadtest::provider_args(
+    let logdir = a.logs.join(&run_id);
+    std::fs::create_dir_all(&logdir)?;
+    let mut provider_args = loadtest::provider_args(
         a.provider_rate,
         a.burst,
         a.latency_ms,
         a.jitter_ms,
         &a.faults,
-    ))?;
-    let logdir = a.logs.join(&run_id);
-    std::fs::create_dir_all(&logdir)?;
+    );
+    if a.tls {
+        let dir = logdir.join("tls");
+        let made = std::process::Command::new("scripts/tls-certs.sh")
+            .arg(&dir)
+            .status()
+            .context("scripts/tls-certs.sh (run from the repository's root)")?;
+        anyhow::ensure!(made.success(), "scripts/tls-certs.sh failed");
+        for (flag, file) in [("--tls-cert", "server.crt"), ("--tls-key", "server.key")] {
+            provider_args.extend([flag.to_string(), dir.join(file).display().to_string()]);
+        }
+        a.ca_file = Some(dir.join("ca.crt"));
+    }
+    let provider_t0 = Instant::now();
+    let provider = loadtest::start_provider(&provider_args)?;
     let mut fleet = Fleet::start(&a, &db_url, &provider.base, pool.clone(), logdir.clone())?;
     let run = fleet.run(&a, provider_t0).await?;
     let results = summary::Results::gather(&a, &run, &provider.base, &pool).await?;

@@ -25,7 +25,7 @@ pub struct Results {
 
 impl Results {
     pub async fn gather(a: &Args, run: &Run, base: &str, pool: &PgPool) -> anyhow::Result<Self> {
-        let http = reqwest::Client::new();
+        let http = loadtest::http_client(a.ca_file.as_deref())?;
         let stats: Stats = http
             .get(format!("{base}/stats"))
             .send()
@@ -171,6 +171,13 @@ pub fn report(a: &Args, run: &Run, r: &Results, ceiling: f64, logdir: &Path) -> 
         .map(|k| format!("{:.1}", mib(*k)))
         .collect::<Vec<_>>()
         .join("  ");
+    let cpu = run
+        .cpu_ticks
+        .iter()
+        .map(|t| format!("{:.1} s", *t as f64 / 100.0))
+        .collect::<Vec<_>>()
+        .join("  ");
+    let cores: f64 = run.cpu_ticks.iter().sum::<u64>() as f64 / 100.0 / run.elapsed.max(1e-9);
     let limit = if a.provider_rate > 0.0 {
         format!(
             "  (limit + burst: {})",
@@ -195,6 +202,7 @@ pub fn report(a: &Args, run: &Run, r: &Results, ceiling: f64, logdir: &Path) -> 
         ("final states", states),
         ("exit codes", codes.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(" ")),
         ("peak RSS, MiB", rss),
+        ("CPU per worker", format!("{cpu} (all workers: {cores:.2} cores on average)")),
         ("chart", a.chart.display().to_string()),
         ("worker logs", logdir.display().to_string()),
     ];
@@ -272,6 +280,8 @@ fn print_json(
         "throttled_at_s": throttled_at,
         "final_states": r.states.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>(),
         "peak_rss_mib": run.rss.iter().map(|k| mib(*k)).collect::<Vec<_>>(),
+        "cpu_s": run.cpu_ticks.iter().map(|t| *t as f64 / 100.0).collect::<Vec<_>>(),
+        "tls": a.tls,
         "exit_codes": codes,
         "kill": a.kill_after_s.map(|t| json!({"after_s": t, "signal": a.kill_signal, "lease_s": a.lease_s,
             "rows_sending_at_kill": run.killed_rows,
