@@ -4,8 +4,9 @@
 #  2. the built-in kinds validate strictly against Kubernetes 1.30 and 1.33 (`kubernetes-validate --strict`
 #     rejects misspelt fields; the example Secret is validated too);
 #     Each mode is also rendered with every component of manifests/components (the database
-#     CA, GKE DNS, the metadata server, the Cloud SQL Auth Proxy), validated, and checked to
-#     mount the CA in every pod and to open the egress each component is for;
+#     CA, GKE DNS, the metadata server, the Cloud SQL Auth Proxy, the nightly priority),
+#     validated, and checked to mount the CA in every pod, to open the egress each component is
+#     for, and to give the sending Job a never-preempting priority class;
 #  3. KEDA and Prometheus Operator objects validate against their upstream CRDs
 #     (../shared/crds, unknown fields rejected: scripts/validate-crds.py);
 #  4. the PrometheusRule expressions parse (`promtool check rules`) and each alert fires when it
@@ -57,7 +58,7 @@ for mode in indexed-job cronjob cadence-nightly-window cadence-every-6h deployme
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources: [$rel/overlays/$mode]
-components: [$rel/components/db-ca, $rel/components/gke-dns, $rel/components/gke-metadata, $rel/components/cloudsql-proxy]
+components: [$rel/components/db-ca, $rel/components/gke-dns, $rel/components/gke-metadata, $rel/components/cloudsql-proxy, $rel/components/nightly-priority]
 YAML
   out="$tmp/components-$mode.yaml"
   kubectl kustomize "$tmp/with-components" >"$out"
@@ -96,6 +97,13 @@ for need in [("169.254.169.254/32", 53), ("169.254.20.10/32", 53), ("169.254.169
         bad.append(f"no egress to {need[0]} port {need[1]}")
 if not any(port == 3307 for _, port in allowed):
     bad.append("no egress to the Cloud SQL Auth Proxy's port 3307")
+never_preempting = {d["metadata"]["name"] for d in docs if d["kind"] == "PriorityClass"
+                    and d.get("preemptionPolicy") == "Never"}
+for d in docs:
+    if d["kind"] in ("Job", "CronJob") and d["metadata"]["name"].startswith("campaign-sender") \
+            and "migrate" not in d["metadata"]["name"]:
+        if pod(d).get("priorityClassName") not in never_preempting:
+            bad.append(f"{d['kind']}/{d['metadata']['name']} has no never-preempting priority class")
 if bad:
     sys.exit("\n".join(bad))
 PY
