@@ -20,6 +20,17 @@
 use std::time::Duration;
 
 use sqlx::{FromRow, PgPool};
+
+/// Run first, in the transaction of a statement that reads all of one campaign's rows
+/// ([`Store::progress`], [`Store::rate_before`]).
+///
+/// Invariant: such a statement reads that campaign's rows only (its primary-key range), so its
+/// cost grows with the campaign, not with the finished campaigns kept beside it. Left to its
+/// costs, the planner scanned the whole table for `status` at 13.2 M rows (690 ms here, all
+/// 1.7 GB from disk on a cold cache) rather than the campaign's range (300 ms, 150 MB), and
+/// would do more so with every campaign kept. `scripts/explain-claim.sh` fails otherwise.
+// language=PostgreSQL
+const ONE_CAMPAIGN_ONLY: &str = "SET LOCAL enable_seqscan = off";
 use uuid::Uuid;
 
 pub use super::row_state::RowState;
@@ -594,10 +605,14 @@ impl Store {
               FROM campaign_targets
              WHERE campaign_id = $1
         "#;
-        sqlx::query_as(PROGRESS)
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(ONE_CAMPAIGN_ONLY).execute(&mut *tx).await?;
+        let progress = sqlx::query_as(PROGRESS)
             .bind(&self.campaign_id)
-            .fetch_one(&self.pool)
-            .await
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(progress)
     }
 
     /// The rate the campaign was last sent at: rows sent in the minute up to `last` (its last
@@ -614,11 +629,15 @@ impl Store {
              WHERE campaign_id = $1 AND state = 'sent'
                AND sent_at > $2 - interval '1 minute' AND sent_at <= $2
         "#;
-        sqlx::query_scalar(RATE)
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(ONE_CAMPAIGN_ONLY).execute(&mut *tx).await?;
+        let rate = sqlx::query_scalar(RATE)
             .bind(&self.campaign_id)
             .bind(last)
-            .fetch_one(&self.pool)
-            .await
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(rate)
     }
 }
 
