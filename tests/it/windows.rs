@@ -435,3 +435,29 @@ async fn claimed(s: &campaign_sender::store::Store, n: u32) -> Vec<i64> {
         .map(|r| r.member_id)
         .collect()
 }
+
+/// What `status` assumes for a campaign whose window is closed: the rate of the minute up to
+/// its last delivery — that campaign's `sent` rows of that minute only, per second.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_closed_windows_rate_is_the_last_minute_of_this_campaigns_sends(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 200).await;
+    seed(&pool, "another-campaign", 100).await;
+    let last = Utc::now() - chrono::Duration::hours(3);
+    // 90 rows sent in the minute up to `last` (one at `last` itself), 90 more in the minute
+    // before, 20 failed in it, and the other campaign's 100 sent in it: 90 / 60 s = 1.5/s.
+    sqlx::query(
+        "UPDATE campaign_targets
+            SET state = CASE WHEN member_id <= 180 OR campaign_id <> $1 THEN 'sent' ELSE 'failed' END,
+                sent_at = $2 - make_interval(secs => CASE WHEN campaign_id <> $1 THEN 1
+                                                          WHEN member_id <= 90 THEN (member_id - 1) * 0.5
+                                                          WHEN member_id <= 180 THEN 61 + (member_id - 91) * 0.5
+                                                          ELSE 10 END)",
+    )
+    .bind(CAMPAIGN)
+    .bind(last)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let store = campaign_sender::store::Store::new(pool.clone(), CAMPAIGN);
+    assert_eq!(store.rate_before(last).await.unwrap(), 1.5);
+}
