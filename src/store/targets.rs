@@ -13,9 +13,9 @@
 //! campaign at an average one and finds the listed rows by primary key, O(rows), whatever the
 //! statistics say. Named as a plain `$1`, a campaign they have not seen yet (imported since the
 //! last `ANALYZE`: a 1.2 M-row import into a 13 M-row table does not trigger one) is estimated
-//! at one row, and the planner scans all its rows once per listed row: a claim took 20 s on a
-//! 500 000-row campaign.
-//! `scripts/explain-claim.sh` fails on such a plan, custom or generic.
+//! at one row, and the planner scans all its rows once per listed row (docs/BENCHMARKS.md, "The
+//! claim on a 1.2 M-row table"). `scripts/explain-claim.sh` fails on such a plan, custom or
+//! generic.
 
 use std::time::Duration;
 
@@ -26,9 +26,9 @@ use sqlx::{FromRow, PgPool};
 ///
 /// Invariant: such a statement reads that campaign's rows only (its primary-key range), so its
 /// cost grows with the campaign, not with the finished campaigns kept beside it. Left to its
-/// costs, the planner scanned the whole table for `status` at 13.2 M rows (690 ms here, all
-/// 1.7 GB from disk on a cold cache) rather than the campaign's range (300 ms, 150 MB), and
-/// would do more so with every campaign kept. `scripts/explain-claim.sh` fails otherwise.
+/// costs, the planner scanned the whole table for `status` at 13.2 M rows, a scan that grows
+/// with every campaign kept (docs/BENCHMARKS.md, "The table grows").
+/// `scripts/explain-claim.sh` fails otherwise.
 // language=PostgreSQL
 const ONE_CAMPAIGN_ONLY: &str = "SET LOCAL enable_seqscan = off";
 use uuid::Uuid;

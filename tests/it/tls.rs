@@ -138,6 +138,28 @@ async fn verify_full_refuses_a_server_it_cannot_verify() {
     assert_eq!(p.fake.stats().requests, 0);
 }
 
+/// Throwaway TLS material for the provider side (`scripts/tls-certs.sh`: a CA, another CA, a
+/// certificate for `localhost`), in a directory removed when this is dropped.
+struct Certs(std::path::PathBuf);
+
+impl Certs {
+    fn make() -> Self {
+        let dir = std::env::temp_dir().join(format!("cs-tls-{}", uuid::Uuid::new_v4()));
+        let made = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/tls-certs.sh"))
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert!(made.status.success(), "{made:?}");
+        Certs(dir)
+    }
+}
+
+impl Drop for Certs {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// The provider side: HTTPS is verified against the built-in web roots (reqwest with rustls and
 /// webpki-roots) and there is no switch to turn that off. An endpoint whose certificate we cannot
 /// verify (a private CA, an interception proxy) gets no request — no address, no API key — and
@@ -146,20 +168,15 @@ async fn verify_full_refuses_a_server_it_cannot_verify() {
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn an_https_provider_whose_certificate_we_cannot_verify_gets_no_request(pool: PgPool) {
     seed(&pool, CAMPAIGN, 5).await;
-    let dir = std::env::temp_dir().join(format!("cs-tls-{}", uuid::Uuid::new_v4()));
-    let certs = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/tls-certs.sh"))
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(certs.status.success(), "{certs:?}");
+    let dir = Certs::make();
     let port = refused_addr().port();
     let _server = tokio::process::Command::new("openssl")
         .args(["s_server", "-quiet", "-www", "-accept"])
         .arg(format!("127.0.0.1:{port}"))
         .arg("-cert")
-        .arg(dir.join("server.crt"))
+        .arg(dir.0.join("server.crt"))
         .arg("-key")
-        .arg(dir.join("server.key"))
+        .arg(dir.0.join("server.key"))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true)
@@ -181,7 +198,6 @@ async fn an_https_provider_whose_certificate_we_cannot_verify_gets_no_request(po
     let mut cfg = config(&format!("https://localhost:{port}/v1/send"));
     cfg.deadline_s = 2;
     let report = run_to_end(&pool, cfg).await;
-    let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(report.exit_code, exit::DONE, "{report:?}");
     assert_eq!(report.reason, StopReason::Deadline, "{report:?}");
     assert_eq!(report.stats.failed, 0, "{report:?}");
@@ -213,22 +229,17 @@ async fn an_https_provider_whose_certificate_we_cannot_verify_gets_no_request(po
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn a_provider_behind_a_private_ca_is_trusted_only_with_mail_ca_file(pool: PgPool) {
     seed(&pool, CAMPAIGN, 5).await;
-    let dir = std::env::temp_dir().join(format!("cs-tls-{}", uuid::Uuid::new_v4()));
-    let certs = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/tls-certs.sh"))
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(certs.status.success(), "{certs:?}");
+    let dir = Certs::make();
     let (addr, fake, _server) = fake_provider::spawn_tls(
         FakeConfig::default(),
         "127.0.0.1:0".parse().unwrap(),
-        &dir.join("server.crt"),
-        &dir.join("server.key"),
+        &dir.0.join("server.crt"),
+        &dir.0.join("server.key"),
     )
     .await
     .unwrap();
     let url = format!("https://localhost:{}/v1/send", addr.port());
-    let ca = |name: &str| Some(dir.join(name).to_str().unwrap().to_string());
+    let ca = |name: &str| Some(dir.0.join(name).to_str().unwrap().to_string());
 
     let mut other = config(&url);
     other.mail_ca_file = ca("other-ca.crt");
@@ -244,7 +255,6 @@ async fn a_provider_behind_a_private_ca_is_trusted_only_with_mail_ca_file(pool: 
     let mut trusted = config(&url);
     trusted.mail_ca_file = ca("ca.crt");
     let report = run_to_end(&pool, trusted).await;
-    let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(report.exit_code, exit::DONE, "{report:?}");
     assert_eq!(states(&pool).await.get("sent"), Some(&5), "{report:?}");
     assert_eq!(fake.deliveries().len(), 5);
