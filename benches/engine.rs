@@ -19,6 +19,7 @@ fn classify_resolve(c: &mut Criterion) {
         base: Duration::from_secs(1),
         cap: Duration::from_secs(60),
         retry_after_cap: Duration::from_secs(600),
+        resend_unknown: true,
     };
     let statuses = [200u16, 202, 429, 500, 503, 400, 422, 301];
     let refusals = Refusals::default();
@@ -95,7 +96,10 @@ fn claim_finish(c: &mut Criterion) {
                         .map(|r| {
                             (
                                 r.member_id,
-                                campaign_sender::outcome::Resolution::Sent { status: 200 },
+                                campaign_sender::outcome::Resolution::Sent {
+                                    status: 200,
+                                    message_id: None,
+                                },
                             )
                         })
                         .collect();

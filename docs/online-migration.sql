@@ -2,9 +2,9 @@
 -- (our users: 1.2 M rows on Cloud SQL, the old CronJob possibly still reading it): steps 1-4
 -- are migrations/20261202000001_campaign_targets.sql, step 5 the table's part of
 -- migrations/20261205000004_spanning_days.sql, step 6 migrations/20261205000006_…, step 7
--- migrations/20261205000008_…. Run it statement by statement with psql BEFORE the
--- `campaign-sender migrate` that applies them (docs/MIGRATION.md); those migrations then
--- find everything in place. Each statement is safe to run again.
+-- migrations/20261205000008_…, step 8 migrations/20261206000009_…. Run it statement by
+-- statement with psql BEFORE the `campaign-sender migrate` that applies them
+-- (docs/MIGRATION.md); those migrations then find everything in place. Each statement is safe to run again.
 -- Nothing here holds a lock that blocks reads or writes for longer than a catalog update.
 -- tests/it/migrate.rs runs this file and checks it ends in the same schema as the migration.
 
@@ -104,5 +104,11 @@ ALTER TABLE campaign_targets SET (
     autovacuum_vacuum_scale_factor = 0,
     autovacuum_vacuum_threshold = 20000
 );
+
+-- 8. The table's part of migrations/20261206000009_vendor_profiles.sql: nullable columns
+--    without a default, metadata-only.
+ALTER TABLE campaign_targets
+    ADD COLUMN IF NOT EXISTS data                jsonb,
+    ADD COLUMN IF NOT EXISTS provider_message_id text;
 
 RESET lock_timeout;

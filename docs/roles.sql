@@ -57,9 +57,10 @@ GRANT USAGE ON SCHEMA public TO campaign_sender_worker, campaign_sender_operator
 
 GRANT SELECT ON campaign_targets TO campaign_sender_worker;
 GRANT UPDATE (state, attempts, not_before, lease_until, claim_id, last_status, last_error,
-              updated_at, sent_at, started_at, unknown_since)
+              updated_at, sent_at, started_at, unknown_since, provider_message_id)
     ON campaign_targets TO campaign_sender_worker;
-GRANT SELECT ON suppressions TO campaign_sender_worker;
+-- INSERT: a vendor that refuses a recipient as inactive (Postmark's 406) lists the address.
+GRANT SELECT, INSERT ON suppressions TO campaign_sender_worker;
 GRANT SELECT, INSERT ON rate_limits TO campaign_sender_worker;
 -- Not override_*: a live limit is the operator's (`campaign-sender limit`).
 GRANT UPDATE (limit_key, effective_per_s, paused_until, last_decrease_at, updated_at, refused_at,
@@ -81,7 +82,7 @@ GRANT INSERT (limit_key, effective_per_s, updated_at, override_per_s, override_s
       UPDATE (refused_at, refused_status, refused_kind, refused_campaign, override_per_s,
               override_set_at)
     ON rate_limits TO campaign_sender_operator;
-GRANT INSERT (campaign_id, member_id, email, priority, send_after)
+GRANT INSERT (campaign_id, member_id, email, priority, send_after, data)
     ON campaign_targets TO campaign_sender_operator;
 GRANT UPDATE (state, attempts, not_before, lease_until, updated_at, sent_at, last_error,
               unknown_since)

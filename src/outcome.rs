@@ -41,6 +41,12 @@ pub enum ErrorClass {
     /// The endpoint is not the mail API (404/405: `MAIL_URL` or its path): released, the fleet
     /// paused.
     EndpointRefused,
+    /// The vendor's own daily or monthly quota is used up: released, the fleet stops until the
+    /// vendor's quota frees ([`Attempt::Quota`]).
+    VendorQuota,
+    /// The vendor refuses this recipient as inactive (bounced, complained, unsubscribed at the
+    /// vendor: Postmark's 422 / ErrorCode 406): the row is `suppressed`, the address listed.
+    Inactive,
 }
 
 impl ErrorClass {
@@ -58,6 +64,8 @@ impl ErrorClass {
             ErrorClass::Released => "released",
             ErrorClass::AccountRefused => "account_refused",
             ErrorClass::EndpointRefused => "endpoint_refused",
+            ErrorClass::VendorQuota => "vendor_quota",
+            ErrorClass::Inactive => "inactive",
         }
     }
 
@@ -149,8 +157,11 @@ impl Refusals {
 /// What one HTTP attempt amounted to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Attempt {
+    /// Accepted. `message_id` is the vendor's id of the message (kept on the row: the vendor's
+    /// events name it), when the answer carries one.
     Sent {
         status: u16,
+        message_id: Option<String>,
     },
     Retry {
         status: Option<u16>,
@@ -163,15 +174,21 @@ pub enum Attempt {
     },
     /// No connection was ever made, so the provider cannot have seen the request: an outage of
     /// the provider (or of the way to it) is not the row's fault and spends none of its attempts.
-    Undelivered {
-        class: ErrorClass,
-    },
+    Undelivered { class: ErrorClass },
     /// A [`Refusal`]: not the row's fault either; the row is released with its attempt given
     /// back and the fleet stops.
-    Refused {
+    Refused { status: u16, refusal: Refusal },
+    /// The vendor's own daily or monthly quota is used up (not its rate): nothing can be sent
+    /// under this account until `frees_in` (unknown: the vendor did not say). Not the row's
+    /// fault: released with its attempt given back, and the fleet stops sending.
+    Quota {
         status: u16,
-        refusal: Refusal,
+        frees_in: Option<Duration>,
     },
+    /// The vendor refuses this recipient for good (inactive: an earlier hard bounce, complaint
+    /// or unsubscribe at the vendor). The row becomes `suppressed` and its address is listed,
+    /// so no campaign mails it again; not a failure.
+    Suppressed { status: u16 },
 }
 
 /// Classifies a provider response: 2xx → sent; a [`Refusals`] status → refused (the account
@@ -184,7 +201,10 @@ pub fn classify(status: u16, retry_after: Option<Duration>, refusals: &Refusals)
         return Attempt::Refused { status, refusal };
     }
     match status {
-        200..=299 => Attempt::Sent { status },
+        200..=299 => Attempt::Sent {
+            status,
+            message_id: None,
+        },
         429 => Attempt::Retry {
             status: Some(status),
             class: ErrorClass::Throttled,
@@ -209,8 +229,18 @@ pub fn classify(status: u16, retry_after: Option<Duration>, refusals: &Refusals)
 /// What `finish` writes for one row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Resolution {
-    /// Delivered (2xx): `state = 'sent'`.
-    Sent { status: u16 },
+    /// Delivered (2xx): `state = 'sent'`, the vendor's message id kept.
+    Sent {
+        status: u16,
+        message_id: Option<String>,
+    },
+    /// The vendor refused the recipient as inactive: `state = 'suppressed'` and the address
+    /// onto `suppressions` (reason `inactive`), never mailed again in any campaign.
+    Suppressed { status: u16 },
+    /// The attempt's outcome is unknown and the vendor has no idempotency key, so sending again
+    /// could mail the member twice: `state = 'unconfirmed'` at once, settled by `resolve` or the
+    /// vendor's events ([`RetryPolicy::resend_unknown`]).
+    Unconfirmed { class: ErrorClass },
     /// Back to `pending`, claimable again after `delay`.
     RetryAfter {
         delay: Duration,
@@ -251,13 +281,16 @@ impl Resolution {
     pub fn outcome(&self) -> &'static str {
         match self {
             Resolution::Sent { .. } => "sent",
+            Resolution::Suppressed { .. } => "suppressed",
+            Resolution::Unconfirmed { .. } => "unconfirmed",
             Resolution::RetryAfter { .. } => "retry",
             Resolution::Failed { .. } => "failed",
             Resolution::Released {
                 class: ErrorClass::OptedOut,
             } => "opted_out",
             Resolution::Released {
-                class: ErrorClass::AccountRefused | ErrorClass::EndpointRefused,
+                class:
+                    ErrorClass::AccountRefused | ErrorClass::EndpointRefused | ErrorClass::VendorQuota,
             } => "refused",
             Resolution::Released { .. } => "released",
             Resolution::Deferred { .. } => "deferred",
@@ -272,6 +305,10 @@ pub struct RetryPolicy {
     pub base: Duration,
     pub cap: Duration,
     pub retry_after_cap: Duration,
+    /// An attempt whose outcome is unknown may be sent again: only under an idempotency key
+    /// the vendor honours (`MAIL_PROVIDER` `json` and `resend`). Without one, such a row is
+    /// `unconfirmed` at once instead of retried blindly.
+    pub resend_unknown: bool,
 }
 
 /// The wait before attempt `attempt + 1`: `base · 2^(attempt-1)` capped at `cap`, with "equal
@@ -297,11 +334,20 @@ pub fn backoff(
 /// An attempt plus the row's attempt number (1 for the first) → what to write.
 pub fn resolve(attempt: Attempt, attempt_no: u32, policy: &RetryPolicy, jitter: f64) -> Resolution {
     match attempt {
-        Attempt::Sent { status } => Resolution::Sent { status },
+        Attempt::Sent { status, message_id } => Resolution::Sent { status, message_id },
+        Attempt::Suppressed { status } => Resolution::Suppressed { status },
         Attempt::Permanent { status, class } => Resolution::Failed { status, class },
         Attempt::Refused { refusal, .. } => Resolution::Released {
             class: refusal.class(),
         },
+        Attempt::Quota { .. } => Resolution::Released {
+            class: ErrorClass::VendorQuota,
+        },
+        Attempt::Retry {
+            status: None,
+            class,
+            ..
+        } if class.outcome_unknown() && !policy.resend_unknown => Resolution::Unconfirmed { class },
         Attempt::Undelivered { class } => Resolution::Deferred {
             delay: backoff(policy, attempt_no, None, jitter),
             class,

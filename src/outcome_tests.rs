@@ -53,6 +53,7 @@ const POLICY: RetryPolicy = RetryPolicy {
     base: Duration::from_secs(1),
     cap: Duration::from_secs(60),
     retry_after_cap: Duration::from_secs(600),
+    resend_unknown: true,
 };
 
 fn classify(status: u16, retry_after: Option<Duration>) -> Attempt {
@@ -75,7 +76,10 @@ fn only_an_attempt_without_any_answer_has_an_unknown_outcome() {
     for definite in [
         retry(Some(503), ErrorClass::ServerError),
         retry(Some(429), ErrorClass::Throttled),
-        Resolution::Sent { status: 200 },
+        Resolution::Sent {
+            status: 200,
+            message_id: None,
+        },
         Resolution::Deferred {
             delay: Duration::ZERO,
             class: ErrorClass::Connect,
@@ -95,8 +99,20 @@ fn only_an_attempt_without_any_answer_has_an_unknown_outcome() {
 
 #[test]
 fn status_classes_follow_the_provider_contract() {
-    assert_eq!(classify(200, None), Attempt::Sent { status: 200 });
-    assert_eq!(classify(202, None), Attempt::Sent { status: 202 });
+    assert_eq!(
+        classify(200, None),
+        Attempt::Sent {
+            status: 200,
+            message_id: None
+        }
+    );
+    assert_eq!(
+        classify(202, None),
+        Attempt::Sent {
+            status: 202,
+            message_id: None
+        }
+    );
     for s in [429, 500, 502, 503, 504, 599] {
         assert!(matches!(classify(s, None), Attempt::Retry { .. }), "{s}");
     }
@@ -313,7 +329,13 @@ fn error_classes_and_outcomes_keep_their_stored_and_exported_names() {
         assert_eq!(c.as_str(), name);
     }
     let outcomes = [
-        (Resolution::Sent { status: 200 }, "sent"),
+        (
+            Resolution::Sent {
+                status: 200,
+                message_id: None,
+            },
+            "sent",
+        ),
         (
             Resolution::RetryAfter {
                 delay: Duration::ZERO,

@@ -25,7 +25,8 @@ pub struct WorkerStats {
     pub released: u64,
     /// Claimed rows that had opted out by the time of sending: released, not sent.
     pub opted_out: u64,
-    /// Attempts the provider refused for the account or the endpoint: released, never failed.
+    /// Attempts the provider refused for the account or the endpoint, or for its own quota:
+    /// released, never failed.
     pub refused: u64,
     /// Attempts that found the provider unreachable (no connection): the row went back to
     /// `pending` after a backoff without spending an attempt.
@@ -33,9 +34,11 @@ pub struct WorkerStats {
     pub invalid_email: u64,
     /// Results the fence refused: the row had been re-claimed by someone else.
     pub stale_writes: u64,
-    /// Claimed rows whose address was on the suppression list: moved to `suppressed`, unsent.
+    /// Claimed rows whose address was on the suppression list: moved to `suppressed`, unsent;
+    /// and rows the vendor refused as inactive (suppressed and listed).
     pub suppressed: u64,
-    /// Claimed rows past their idempotency window: moved to `unconfirmed`, unsent.
+    /// Claimed rows past their idempotency window: moved to `unconfirmed`, unsent; and rows
+    /// whose attempt had an unknown outcome under a vendor without keys.
     pub unconfirmed: u64,
     /// Batches whose results could not be written at all (rows return after their lease).
     pub finish_errors: u64,
@@ -62,10 +65,13 @@ impl WorkerStats {
                 class: ErrorClass::OptedOut,
             } => self.opted_out += 1,
             Resolution::Released {
-                class: ErrorClass::AccountRefused | ErrorClass::EndpointRefused,
+                class:
+                    ErrorClass::AccountRefused | ErrorClass::EndpointRefused | ErrorClass::VendorQuota,
             } => self.refused += 1,
             Resolution::Released { .. } => self.released += 1,
             Resolution::Deferred { .. } => self.deferred += 1,
+            Resolution::Suppressed { .. } => self.suppressed += 1,
+            Resolution::Unconfirmed { .. } => self.unconfirmed += 1,
         }
     }
 }

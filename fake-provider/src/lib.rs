@@ -1,8 +1,13 @@
-//! A fake email provider with the real provider's contract, for tests and load runs.
+//! A fake email provider with the real providers' contracts, for tests and load runs.
 //!
-//! - `POST /v1/send` with `{"to", "member_id", "template"}` and `Idempotency-Key`; optional
-//!   bearer key. A key already delivered within the idempotency window (the key retention, 24 h
-//!   unless configured) answers 200 and is not delivered again (`duplicates_suppressed`).
+//! - Every vendor's send path, in its words ([`vendors`]): `POST /v1/send` (our JSON contract:
+//!   `{"to", "member_id", "template"}` and `Idempotency-Key`), SendGrid `/v3/mail/send`, SES v2
+//!   `/v2/email/outbound-emails`, Postmark `/email/withTemplate`, Mailgun
+//!   `/v3/{domain}/messages` (multipart) and Resend `/emails`, each with its auth when a key is
+//!   configured, its success body (and message id) and its error bodies. A key already
+//!   delivered within the idempotency window (the key retention, 24 h unless configured)
+//!   answers 200 and is not delivered again (`duplicates_suppressed`) — only where the vendor
+//!   honours keys (ours, Resend): a repeat to the others is a second delivery.
 //! - A GCRA rate limit (rate, burst) answers 429 with `Retry-After` (seconds, rounded up).
 //! - The fault profile our users see: `member_id % 25 == 0` → 503 on the first attempt of that
 //!   key (4 %); `member_id % 997 == 0` → 422 always (0.1 %). Optional latency (mean ± jitter),
@@ -20,8 +25,9 @@
 //!   latest arrived.
 //! - `GET /suppressions`: the suppression list as CSV (`email,reason`), what the provider
 //!   exports; `POST /suppressions` `[{"email", "reason"}]` adds to it. A request for a listed
-//!   address (any case) is not delivered and answers `suppressed_status` (406, as an
-//!   "inactive recipient"), after the idempotency check.
+//!   address (any case) is not delivered: our contract answers `suppressed_status` (406, as an
+//!   "inactive recipient"), Postmark 422 / ErrorCode 406, the others accept and drop it (as they
+//!   do), after the idempotency check.
 //! - Key retention (`idempotency_window`) and the "answered too late" fault
 //!   (`late_per_million`, `late_ms`: delivered, then the answer held past the client's timeout).
 //! - `POST /chaos` `{"kind": "storm429" | "burst5xx" | "stall" | "refuse" | "off", "seconds",
@@ -45,10 +51,12 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde::Deserialize;
+use serde_json::Value;
 
 mod types;
+pub mod vendors;
 pub use types::*;
+use vendors::{Contract, Mail};
 
 /// How the fake behaves. Every field can be set from the `fake-provider` command line.
 #[derive(Debug, Clone)]
@@ -143,13 +151,6 @@ pub struct FakeProvider {
     in_flight: AtomicU64,
 }
 
-#[derive(Deserialize)]
-struct SendBody {
-    to: String,
-    member_id: i64,
-    template: String,
-}
-
 fn unix_ms(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64
 }
@@ -242,7 +243,7 @@ impl FakeProvider {
         Verdict::Accepted
     }
 
-    async fn handle(&self, headers: HeaderMap, body: &[u8]) -> Response {
+    async fn handle(&self, contract: Contract, headers: HeaderMap, fields: Value) -> Response {
         let arrived = Instant::now();
         let arrived_wall = SystemTime::now();
         let n = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
@@ -251,9 +252,9 @@ impl FakeProvider {
             i.stats.requests += 1;
             i.stats.max_in_flight = i.stats.max_in_flight.max(n);
         });
-        let (key, req) = match self.check_request(&headers, body) {
+        let req = match self.check_request(contract, &headers, &fields) {
             Ok(r) => r,
-            Err(refusal) => return refusal.into_response(),
+            Err(refusal) => return *refusal,
         };
         let worker = worker_of(&headers);
         self.with(|i| {
@@ -262,21 +263,16 @@ impl FakeProvider {
             w.last_ms = unix_ms(arrived_wall);
         });
         let second = arrived.duration_since(self.started).as_secs();
-        if let Some(answer) = self.misbehave(arrived, &worker).await {
+        if let Some(answer) = self.misbehave(contract, arrived, &worker).await {
             return answer;
         }
         if let Verdict::Throttled(wait) = self.admit_counted(arrived, second, worker) {
             self.with(|i| i.stats.throttled_429 += 1);
             let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
-            return (
-                StatusCode::TOO_MANY_REQUESTS,
-                [("retry-after", secs.to_string())],
-                "rate limited",
-            )
-                .into_response();
+            return contract.throttled(secs, unix_ms(arrived_wall) / 1000);
         }
         self.simulate_latency().await;
-        let (answer, delivered) = self.deliver(key, req, arrived, arrived_wall);
+        let (answer, delivered) = self.deliver(contract, req, arrived, arrived_wall);
         if delivered && self.answers_late() {
             tokio::time::sleep(Duration::from_millis(self.cfg.late_ms)).await;
         }
@@ -322,50 +318,36 @@ impl FakeProvider {
         f(&mut self.inner.lock().expect("fake lock"))
     }
 
-    /// The contract: the bearer key (when one is configured), an `Idempotency-Key`, a body of
-    /// `{to, member_id, template}` with an address in `to`. Else the answer to give.
+    /// The vendor's contract ([`Contract::read`]): its auth (when a key is configured), its
+    /// fields. Else the vendor's answer, counted.
     fn check_request(
         &self,
+        contract: Contract,
         headers: &HeaderMap,
-        body: &[u8],
-    ) -> Result<(String, SendBody), (StatusCode, &'static str)> {
-        if let Some(key) = &self.cfg.api_key {
-            let ok = headers
-                .get("authorization")
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|v| v == format!("Bearer {key}"));
-            if !ok {
-                self.with(|i| i.stats.unauthorized += 1);
-                return Err((StatusCode::UNAUTHORIZED, "missing or wrong API key"));
-            }
-        }
-        let key = match headers.get("idempotency-key").and_then(|v| v.to_str().ok()) {
-            Some(k) if !k.is_empty() => k.to_string(),
-            _ => {
-                self.with(|i| i.stats.bad_requests += 1);
-                return Err((StatusCode::BAD_REQUEST, "Idempotency-Key header required"));
-            }
-        };
-        let req: SendBody = match serde_json::from_slice(body) {
-            Ok(b) => b,
-            Err(_) => {
-                self.with(|i| i.stats.bad_requests += 1);
-                return Err((
-                    StatusCode::BAD_REQUEST,
-                    "body must be {to, member_id, template}",
-                ));
-            }
-        };
-        if !req.to.contains('@') {
-            self.with(|i| i.stats.rejected_422 += 1);
-            return Err((StatusCode::UNPROCESSABLE_ENTITY, "invalid recipient"));
-        }
-        Ok((key, req))
+        fields: &Value,
+    ) -> Result<Mail, Box<Response>> {
+        contract
+            .read(headers, fields, self.cfg.api_key.as_deref())
+            .map_err(|refused| {
+                self.with(|i| {
+                    if refused.unauthorized {
+                        i.stats.unauthorized += 1;
+                    } else {
+                        i.stats.bad_requests += 1;
+                    }
+                });
+                refused.answer
+            })
     }
 
     /// The offered-load window, then the `POST /chaos` misbehaviour in force, if any: an answer
     /// instead of processing (a 429 storm, a 5xx burst), or a stall before processing.
-    async fn misbehave(&self, arrived: Instant, worker: &str) -> Option<Response> {
+    async fn misbehave(
+        &self,
+        contract: Contract,
+        arrived: Instant,
+        worker: &str,
+    ) -> Option<Response> {
         let chaos = self.with(|i| {
             let offered = in_last_second(&mut i.offered_window, arrived);
             i.stats.max_offered_in_1s = i.stats.max_offered_in_1s.max(offered);
@@ -381,14 +363,7 @@ impl FakeProvider {
         match chaos.kind {
             ChaosKind::Storm429 => {
                 self.with(|i| i.stats.chaos_429 += 1);
-                Some(
-                    (
-                        StatusCode::TOO_MANY_REQUESTS,
-                        [("retry-after", chaos.retry_after_s.to_string())],
-                        "rate limited (storm)",
-                    )
-                        .into_response(),
-                )
+                Some(contract.throttled(chaos.retry_after_s, unix_ms(SystemTime::now()) / 1000))
             }
             ChaosKind::Burst5xx => {
                 let status = self.with(|i| {
@@ -408,8 +383,7 @@ impl FakeProvider {
             }
             ChaosKind::Refuse => {
                 self.with(|i| i.stats.chaos_refused += 1);
-                let status = StatusCode::from_u16(chaos.status).unwrap_or(StatusCode::UNAUTHORIZED);
-                Some((status, "refused").into_response())
+                Some(contract.refused(chaos.status))
             }
             ChaosKind::Off => None,
         }
@@ -451,58 +425,44 @@ impl FakeProvider {
     /// window, failed by the fault profile, or delivered (and recorded by member).
     fn deliver(
         &self,
-        key: String,
-        req: SendBody,
+        contract: Contract,
+        req: Mail,
         arrived: Instant,
         arrived_wall: SystemTime,
     ) -> (Response, bool) {
         let mut inner = self.inner.lock().expect("fake lock");
+        let key = req.key.clone();
         if let Some(at) = inner.delivered_keys.get(&key) {
-            if arrived.duration_since(*at) < self.cfg.idempotency_window {
+            if req.honour_key && arrived.duration_since(*at) < self.cfg.idempotency_window {
                 inner.stats.duplicates_suppressed += 1;
-                return (
-                    (
-                        StatusCode::OK,
-                        Json(serde_json::json!({"status": "duplicate", "key": key})),
-                    )
-                        .into_response(),
-                    false,
-                );
+                let n = inner.stats.delivered;
+                return (contract.duplicate(n), false);
             }
         }
         if inner.suppressed.contains_key(&req.to.to_lowercase()) {
             inner.stats.suppressed_requests += 1;
-            let status = StatusCode::from_u16(self.cfg.suppressed_status)
-                .unwrap_or(StatusCode::NOT_ACCEPTABLE);
-            return (
-                (status, "inactive recipient (suppressed)").into_response(),
-                false,
-            );
+            let n = inner.stats.requests;
+            let answer = contract
+                .suppressed(self.cfg.suppressed_status)
+                .unwrap_or_else(|| contract.accepted(n));
+            return (answer, false);
         }
         if self.cfg.always_unavailable {
             inner.stats.faults_503 += 1;
-            return (
-                (StatusCode::SERVICE_UNAVAILABLE, "unavailable").into_response(),
-                false,
-            );
+            return (contract.unavailable(), false);
         }
         let first_attempt = inner.attempted_keys.insert(key.clone());
         if self.cfg.faults && req.member_id % 997 == 0 {
             inner.stats.rejected_422 += 1;
-            return (
-                (StatusCode::UNPROCESSABLE_ENTITY, "recipient rejected").into_response(),
-                false,
-            );
+            return (contract.invalid("recipient rejected"), false);
         }
         if self.cfg.faults && req.member_id % 25 == 0 && first_attempt {
             inner.stats.faults_503 += 1;
-            return (
-                (StatusCode::SERVICE_UNAVAILABLE, "try again").into_response(),
-                false,
-            );
+            return (contract.unavailable(), false);
         }
         inner.delivered_keys.insert(key.clone(), arrived);
         inner.stats.delivered += 1;
+        let n = inner.stats.delivered;
         let rec = inner
             .by_member
             .entry((req.template.clone(), req.member_id))
@@ -520,11 +480,7 @@ impl FakeProvider {
         if rec.deliveries == 2 {
             inner.stats.members_delivered_more_than_once += 1;
         }
-        let queued = (
-            StatusCode::OK,
-            Json(serde_json::json!({"status": "queued", "key": key})),
-        );
-        (queued.into_response(), true)
+        (contract.accepted(n), true)
     }
 }
 
@@ -539,12 +495,46 @@ fn worker_of(headers: &HeaderMap) -> String {
         .unwrap_or_else(|| "unknown".to_string())
 }
 
-async fn send(
+/// A JSON vendor's route: the body as JSON (not JSON: the vendor's 400).
+async fn send_json(
+    contract: Contract,
+    p: Arc<FakeProvider>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    match serde_json::from_slice::<Value>(&body) {
+        Ok(fields) => p.handle(contract, headers, fields).await,
+        Err(_) => {
+            p.with(|i| {
+                i.stats.requests += 1;
+                i.stats.bad_requests += 1;
+            });
+            contract.invalid("the body is not JSON")
+        }
+    }
+}
+
+/// Mailgun's route: `multipart/form-data`.
+async fn send_form(
     State(p): State<Arc<FakeProvider>>,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    p.handle(headers, &body).await
+    let ct = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    match vendors::form_fields(&ct, body).await {
+        Some(fields) => p.handle(Contract::Mailgun, headers, fields).await,
+        None => {
+            p.with(|i| {
+                i.stats.requests += 1;
+                i.stats.bad_requests += 1;
+            });
+            Contract::Mailgun.invalid("the body is not multipart/form-data")
+        }
+    }
 }
 
 async fn stats(State(p): State<Arc<FakeProvider>>) -> Json<Stats> {
@@ -590,9 +580,23 @@ async fn chaos(State(p): State<Arc<FakeProvider>>, Json(c): Json<ChaosRequest>) 
 }
 
 pub fn router(p: Arc<FakeProvider>) -> Router {
-    Router::new()
-        .route("/v1/send", post(send))
-        .route("/stats", get(stats))
+    let mut r = Router::new().route(Contract::Mailgun.path(), post(send_form));
+    for contract in Contract::ALL {
+        if contract == Contract::Mailgun {
+            continue;
+        }
+        r = r.route(
+            contract.path(),
+            post(
+                move |State(p): State<Arc<FakeProvider>>,
+                      headers: HeaderMap,
+                      body: axum::body::Bytes| {
+                    send_json(contract, p, headers, body)
+                },
+            ),
+        );
+    }
+    r.route("/stats", get(stats))
         .route("/deliveries", get(deliveries))
         .route("/timeline", get(timeline))
         .route("/accepted", get(accepted))

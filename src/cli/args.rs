@@ -168,14 +168,22 @@ pub enum Command {
         #[arg(long)]
         dry_run: bool,
     },
-    /// Writes the campaign's optional settings row: template, failure threshold, send window.
-    /// Only the options given change; the pause is not touched.
+    /// Writes the campaign's optional settings row: template, sender, failure threshold, send
+    /// window. Only the options given change; the pause is not touched.
     Configure {
         #[arg(long)]
         campaign: String,
-        /// Provider template (default: the campaign id).
-        #[arg(long)]
+        /// The vendor's stored template (default: the campaign id): SendGrid `d-…` id, SES
+        /// template name or ARN, Postmark alias or id, Mailgun template, Resend id or alias.
+        #[arg(long, value_parser = parse_template)]
         template: Option<String>,
+        /// The sender, `addr` or `Name <addr>` (a verified identity at the vendor; every
+        /// vendor but MAIL_PROVIDER=json needs one).
+        #[arg(long, value_parser = parse_sender, value_name = "NAME <ADDR>")]
+        from: Option<String>,
+        /// Where replies go.
+        #[arg(long, value_parser = parse_sender, value_name = "ADDR")]
+        reply_to: Option<String>,
         /// Failure threshold for this campaign (default: MAX_PERMANENT_FAILURE_RATIO).
         #[arg(long, value_parser = parse_ratio)]
         max_permanent_failure_ratio: Option<f64>,
@@ -191,6 +199,30 @@ pub enum Command {
         #[arg(long)]
         create: bool,
     },
+}
+
+/// `--template`: 1 to 256 printable characters.
+pub fn parse_template(v: &str) -> Result<String, String> {
+    if v.trim().is_empty() || v.len() > 256 || v.chars().any(char::is_control) {
+        return Err(
+            "must be 1 to 256 printable characters (the vendor's template id, alias or name)"
+                .into(),
+        );
+    }
+    Ok(v.to_string())
+}
+
+/// `--from`, `--reply-to`: `addr` or `Name <addr>`, the address plausible, no control
+/// characters, at most 320 characters. The value is never echoed (it is an address).
+pub fn parse_sender(v: &str) -> Result<String, String> {
+    let (_, addr) = crate::provider::profile::split_address(v);
+    if v.len() > 320
+        || v.chars().any(char::is_control)
+        || !crate::outcome::plausible_email(Some(addr))
+    {
+        return Err("must be `addr` or `Name <addr>` with a plausible address and no control characters (the value is not shown: it is an address)".into());
+    }
+    Ok(v.trim().to_string())
 }
 
 /// `--since`: an RFC 3339 time, or a duration ago (`90m`, `2h 30m`).

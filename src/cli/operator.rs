@@ -84,14 +84,20 @@ pub async fn dispatch(cmd: Command, pool: &PgPool, db: &Db<'_>, shutdown: Cancel
         Command::Configure {
             campaign,
             template,
+            from,
+            reply_to,
             max_permanent_failure_ratio,
             window,
             timezone,
             create: _,
         } => {
             let settings = Settings {
-                template: template.as_deref(),
-                ratio: max_permanent_failure_ratio,
+                change: campaigns::SettingsChange {
+                    template: template.as_deref(),
+                    ratio: max_permanent_failure_ratio,
+                    from: from.as_deref(),
+                    reply_to: reply_to.as_deref(),
+                },
                 window,
                 timezone,
             };
@@ -257,8 +263,7 @@ async fn retry_failed(
 
 /// What `configure` was asked to change (`None`: keep it).
 struct Settings<'a> {
-    template: Option<&'a str>,
-    ratio: Option<f64>,
+    change: campaigns::SettingsChange<'a>,
     window: Option<WindowArg>,
     timezone: Option<chrono_tz::Tz>,
 }
@@ -292,16 +297,23 @@ async fn configure(
         }
         (None, None, _) => None,
     };
-    if asked.template.is_some() || asked.ratio.is_some() || !before.stored {
-        campaigns::set_settings(pool, campaign, asked.template, asked.ratio).await?;
+    let c = &asked.change;
+    let changes = c.template.is_some() || c.ratio.is_some() || c.from.is_some();
+    if changes || c.reply_to.is_some() || !before.stored {
+        campaigns::set_settings(pool, campaign, c).await?;
     }
     if let Some(w) = window {
         campaigns::set_window(pool, campaign, w).await?;
     }
     let s = campaigns::settings(pool, campaign).await?;
     println!(
-        "{campaign}: template {}, failure threshold {}, send window {}",
+        "{campaign}: template {}, sender {}, failure threshold {}, send window {}",
         s.template,
+        if s.from_address.is_some() {
+            "set"
+        } else {
+            "none"
+        },
         s.max_permanent_failure_ratio
             .map(|r| r.to_string())
             .unwrap_or_else(|| "MAX_PERMANENT_FAILURE_RATIO".into()),

@@ -7,17 +7,51 @@ use serde::{Deserialize, Serialize};
 
 use super::{positive, ConfigError, FromEnv, Secret};
 use crate::outcome::{Refusals, RetryPolicy};
+use crate::provider::ses::AwsKeys;
+use crate::provider::Kind;
 
 /// What `campaign-sender run` needs besides the database.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct RunConfig {
-    /// `CAMPAIGN_ID` (required): the campaign to send; also the provider template.
+    /// `CAMPAIGN_ID` (required): the campaign to send.
     pub campaign_id: String,
-    /// `MAIL_URL` (required): the provider endpoint, `http://` or `https://`.
-    pub mail_url: String,
-    /// `MAIL_API_KEY` (optional): sent as `Authorization: Bearer …` when set.
+    /// `MAIL_PROVIDER` (default `json`): the vendor's API the workers speak — `json` (our own
+    /// contract, `fake-provider`), `sendgrid`, `ses`, `postmark`, `mailgun`, `resend`
+    /// ([`crate::provider`]).
+    #[serde(default)]
+    pub mail_provider: Kind,
+    /// `MAIL_URL`: for `json` (required) the whole endpoint URL, `http://` or `https://`; for a
+    /// vendor (optional) its base URL `scheme://host[:port]`, default the vendor's public
+    /// endpoint (EU hosts: `https://api.eu.sendgrid.com`, `https://api.eu.mailgun.net`).
+    #[serde(default)]
+    pub mail_url: Option<String>,
+    /// `MAIL_API_KEY`: `json`: sent as `Authorization: Bearer …` when set; required for
+    /// SendGrid (Bearer), Postmark (the server token), Mailgun (basic `api:KEY`) and Resend
+    /// (Bearer).
     #[serde(default)]
     pub mail_api_key: Option<Secret>,
+    /// `MAILGUN_DOMAIN` (required with `mailgun`): the sending domain.
+    #[serde(default)]
+    pub mailgun_domain: Option<String>,
+    /// `POSTMARK_MESSAGE_STREAM` (default `broadcast`: marketing mail; Postmark's default
+    /// `outbound` stream is for transactional mail).
+    #[serde(default = "defaults::postmark_message_stream")]
+    pub postmark_message_stream: String,
+    /// `AWS_REGION` (required with `ses`): the SES region, e.g. `eu-west-1`.
+    #[serde(default)]
+    pub aws_region: Option<String>,
+    /// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` (required with `ses`) and, for temporary
+    /// credentials, `AWS_SESSION_TOKEN`: the SigV4 credentials.
+    #[serde(default)]
+    pub aws_access_key_id: Option<String>,
+    #[serde(default)]
+    pub aws_secret_access_key: Option<Secret>,
+    #[serde(default)]
+    pub aws_session_token: Option<Secret>,
+    /// `SES_CONFIGURATION_SET` (default unset): the configuration set every SES mail names; its
+    /// event destination is what reports bounces, complaints and deliveries back.
+    #[serde(default)]
+    pub ses_configuration_set: Option<String>,
     /// `MAIL_CA_FILE` (default unset: the public web roots only): a PEM file of CA
     /// certificates trusted for `MAIL_URL` besides the built-in public roots, for an endpoint
     /// behind a private CA (a staging fake provider, an egress proxy that re-signs TLS). Names
@@ -110,13 +144,15 @@ pub struct RunConfig {
     /// ago found the member not opted out (and the row still ours).
     #[serde(default = "defaults::optout_recheck_ms")]
     pub optout_recheck_ms: u64,
-    /// `IDEMPOTENCY_WINDOW_S` (default 86400): how long the provider suppresses a repeat of an
-    /// `Idempotency-Key`. **Must not exceed the provider's retention.** A row whose attempt had
-    /// an unknown outcome (timeout, broken connection, crash mid-send) is sent again only
-    /// while that attempt is younger than this less [`RunConfig::idempotency_margin`]; after
-    /// that it becomes `unconfirmed` (`campaign-sender resolve` settles it).
-    #[serde(default = "defaults::idempotency_window_s")]
-    pub idempotency_window_s: u64,
+    /// `IDEMPOTENCY_WINDOW_S` (default 86400 for `json` and `resend`; a vendor without keys
+    /// has none, and setting it there is an error): how long the provider suppresses a repeat
+    /// of an `Idempotency-Key`. **Must not exceed the provider's retention** (Resend: 24 h). A
+    /// row whose attempt had an unknown outcome (timeout, broken connection, crash mid-send) is
+    /// sent again only while that attempt is younger than this less
+    /// [`RunConfig::idempotency_margin`]; after that it becomes `unconfirmed` (`campaign-sender
+    /// resolve` settles it). Without keys it becomes `unconfirmed` at once.
+    #[serde(default)]
+    pub idempotency_window_s: Option<u64>,
     /// `IDLE_POLL_MS` (default 1000): longest wait between claims when only retry-waiting or
     /// leased rows remain.
     #[serde(default = "defaults::idle_poll_ms")]
@@ -198,6 +234,9 @@ mod defaults {
     pub fn idempotency_window_s() -> u64 {
         86_400
     }
+    pub fn postmark_message_stream() -> String {
+        "broadcast".into()
+    }
     pub fn idle_poll_ms() -> u64 {
         1000
     }
@@ -255,7 +294,7 @@ impl RunConfig {
         if self.campaign_id.trim().is_empty() {
             return Err(ConfigError::new("CAMPAIGN_ID", "must not be empty"));
         }
-        check_mail_url(&self.mail_url)?;
+        self.mail_base()?;
         self.mail_roots()?;
         if self
             .mail_api_key
@@ -267,6 +306,7 @@ impl RunConfig {
                 "is set but empty; unset it or give the key",
             ));
         }
+        crate::provider::profile(self)?;
         positive("CONNECT_TIMEOUT_MS", self.connect_timeout_ms)?;
         positive("READ_TIMEOUT_MS", self.read_timeout_ms)
     }
@@ -326,12 +366,7 @@ impl RunConfig {
         positive("MAX_ATTEMPTS", self.max_attempts as u64)?;
         positive("BACKOFF_BASE_MS", self.backoff_base_ms)?;
         positive("OPTOUT_RECHECK_MS", self.optout_recheck_ms)?;
-        if Duration::from_secs(self.idempotency_window_s) <= self.idempotency_margin() {
-            return Err(ConfigError::new(
-                "IDEMPOTENCY_WINDOW_S",
-                "must exceed CONNECT_TIMEOUT_MS + READ_TIMEOUT_MS + OPTOUT_RECHECK_MS + 1 s (the safety margin); set it to the provider's key retention",
-            ));
-        }
+        self.validate_idempotency_window()?;
         positive("IDLE_POLL_MS", self.idle_poll_ms)?;
         positive("PAUSE_POLL_MS", self.pause_poll_ms)?;
         if self.pause_poll_ms > 1000 {
@@ -364,6 +399,102 @@ impl RunConfig {
         Ok(())
     }
 
+    /// `IDEMPOTENCY_WINDOW_S` fits the vendor: only one with keys has a window, longer than
+    /// the safety margin (and Resend's at most its 24 h retention).
+    fn validate_idempotency_window(&self) -> Result<(), ConfigError> {
+        let kind = self.mail_provider;
+        match (kind.idempotent(), self.idempotency_window_s) {
+            (false, Some(_)) => Err(ConfigError::new(
+                "IDEMPOTENCY_WINDOW_S",
+                format!("must not be set with MAIL_PROVIDER={}: the vendor has no idempotency key, so an attempt with an unknown outcome is never sent again (its row becomes unconfirmed)", kind.as_str()),
+            )),
+            (true, Some(w)) if kind == Kind::Resend && w > 86_400 => Err(ConfigError::new(
+                "IDEMPOTENCY_WINDOW_S",
+                "must be at most 86400 with MAIL_PROVIDER=resend (Resend keeps a key for 24 h)",
+            )),
+            (true, _) if self.idempotency_window() <= self.idempotency_margin() => Err(ConfigError::new(
+                "IDEMPOTENCY_WINDOW_S",
+                "must exceed CONNECT_TIMEOUT_MS + READ_TIMEOUT_MS + OPTOUT_RECHECK_MS + 1 s (the safety margin); set it to the provider's key retention",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// How long the vendor suppresses a repeated key: `IDEMPOTENCY_WINDOW_S` (default 24 h)
+    /// for a vendor with keys, zero for one without.
+    pub fn idempotency_window(&self) -> Duration {
+        if !self.mail_provider.idempotent() {
+            return Duration::ZERO;
+        }
+        Duration::from_secs(
+            self.idempotency_window_s
+                .unwrap_or_else(defaults::idempotency_window_s),
+        )
+    }
+
+    /// The base URL requests go to: `MAIL_URL` (checked: for `json` the whole URL; for a
+    /// vendor a base URL without a path), else the vendor's public endpoint.
+    pub fn mail_base(&self) -> Result<reqwest::Url, ConfigError> {
+        let kind = self.mail_provider;
+        let url = match (
+            &self.mail_url,
+            kind.default_base(self.aws_region.as_deref()),
+        ) {
+            (Some(u), _) => u.clone(),
+            (None, Some(base)) => base,
+            (None, None) if kind == Kind::Ses => {
+                return Err(ConfigError::new(
+                    "AWS_REGION",
+                    "is required with MAIL_PROVIDER=ses (e.g. eu-west-1)",
+                ))
+            }
+            (None, None) => {
+                return Err(ConfigError::new(
+                    "MAIL_URL",
+                    "is required but not set (with MAIL_PROVIDER=json: the whole endpoint URL)",
+                ))
+            }
+        };
+        let parsed = check_mail_url(&url)?;
+        if kind != Kind::Json && !matches!(parsed.path(), "" | "/") {
+            return Err(ConfigError::new(
+                "MAIL_URL",
+                format!(
+                    "must be a base URL scheme://host[:port] with MAIL_PROVIDER={}: the profile appends its own path (got '{}')",
+                    kind.as_str(),
+                    masked_url(&url)
+                ),
+            ));
+        }
+        Ok(parsed)
+    }
+
+    /// The SigV4 credentials (`ses`): `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`, with
+    /// `AWS_SESSION_TOKEN` for temporary ones.
+    pub fn aws_keys(&self) -> Result<AwsKeys, ConfigError> {
+        let missing = |var: &str| {
+            ConfigError::new(
+                var,
+                "is required with MAIL_PROVIDER=ses (the SigV4 credentials; see docs/OPERATIONS.md for GKE)",
+            )
+        };
+        let access_key_id = self
+            .aws_access_key_id
+            .clone()
+            .filter(|k| !k.trim().is_empty())
+            .ok_or_else(|| missing("AWS_ACCESS_KEY_ID"))?;
+        let secret_access_key = self
+            .aws_secret_access_key
+            .clone()
+            .filter(|k| !k.expose().trim().is_empty())
+            .ok_or_else(|| missing("AWS_SECRET_ACCESS_KEY"))?;
+        Ok(AwsKeys {
+            access_key_id,
+            secret_access_key,
+            session_token: self.aws_session_token.clone(),
+        })
+    }
+
     pub fn worker_name(&self) -> String {
         if let Some(id) = &self.worker_id {
             return id.clone();
@@ -376,12 +507,13 @@ impl RunConfig {
             .unwrap_or_else(|| "worker".to_string())
     }
 
-    /// The key pods share one limit under: `RATE_LIMIT_KEY`, else `host[:port]` of `MAIL_URL`.
+    /// The key pods share one limit under: `RATE_LIMIT_KEY`, else `host[:port]` of the
+    /// provider's URL ([`RunConfig::mail_base`]).
     pub fn limit_key(&self) -> String {
         if let Some(k) = &self.rate_limit_key {
             return k.clone();
         }
-        let u = reqwest::Url::parse(&self.mail_url).expect("MAIL_URL validated");
+        let u = self.mail_base().expect("MAIL_URL validated");
         let host = u.host_str().unwrap_or_default();
         match u.port() {
             Some(p) => format!("{host}:{p}"),
@@ -410,7 +542,8 @@ impl RunConfig {
     /// How long after an attempt with an unknown outcome began its row may still be sent
     /// (`IDEMPOTENCY_WINDOW_S` less [`RunConfig::idempotency_margin`]).
     pub fn resend_within(&self) -> Duration {
-        Duration::from_secs(self.idempotency_window_s).saturating_sub(self.idempotency_margin())
+        self.idempotency_window()
+            .saturating_sub(self.idempotency_margin())
     }
 
     pub fn rate_sync(&self) -> Duration {
@@ -468,6 +601,7 @@ impl RunConfig {
             base: Duration::from_millis(self.backoff_base_ms),
             cap: Duration::from_millis(self.backoff_max_ms),
             retry_after_cap: Duration::from_secs(self.retry_after_max_s),
+            resend_unknown: self.mail_provider.idempotent(),
         }
     }
 }
@@ -475,7 +609,7 @@ impl RunConfig {
 /// `MAIL_URL` is an `http://` or `https://` URL with a host. A value without a scheme
 /// (`127.0.0.1:18080/v1/send`, `localhost:18080/v1/send`) is the common mistake: the message
 /// says what to add, quoting the value with any credentials in it masked.
-fn check_mail_url(url: &str) -> Result<(), ConfigError> {
+fn check_mail_url(url: &str) -> Result<reqwest::Url, ConfigError> {
     let scheme_ok = url.starts_with("http://") || url.starts_with("https://");
     if !scheme_ok {
         return Err(ConfigError::new(
@@ -487,7 +621,7 @@ fn check_mail_url(url: &str) -> Result<(), ConfigError> {
         ));
     }
     match reqwest::Url::parse(url) {
-        Ok(u) if u.host().is_some() => Ok(()),
+        Ok(u) if u.host().is_some() => Ok(u),
         Ok(_) => Err(ConfigError::new(
             "MAIL_URL",
             format!("has no host (got '{}')", masked_url(url)),

@@ -27,7 +27,9 @@ fn defaults_are_the_documented_ones() {
         (200, 30, 5, 3300)
     );
     assert_eq!((c.connect_timeout_ms, c.read_timeout_ms), (2000, 5000));
-    assert_eq!(c.idempotency_window_s, 86_400);
+    assert_eq!(c.idempotency_window(), Duration::from_secs(86_400));
+    assert_eq!(c.mail_provider, crate::provider::Kind::Json);
+    assert_eq!(c.postmark_message_stream, "broadcast");
 }
 
 #[test]

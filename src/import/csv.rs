@@ -23,7 +23,7 @@ const CHUNK_BYTES: usize = 1 << 20;
 pub(super) type Rejects = csv::Writer<Box<dyn Write + Send>>;
 
 /// Where the columns are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Columns {
     pub member_id: usize,
     pub email: usize,
@@ -33,6 +33,27 @@ pub struct Columns {
     pub send_after: Option<usize>,
     /// Fields every record must have.
     pub width: usize,
+    /// Every other column of the header (position, name): the recipient's template data.
+    pub data: Vec<(usize, String)>,
+}
+
+/// The longest template-data value (characters): Resend's limit on a variable, the strictest
+/// of the vendors, so a file imported once can be sent through any of them.
+pub const MAX_DATA_VALUE_CHARS: usize = 2000;
+
+/// The longest template-data column name (Resend's variables; every vendor takes it).
+pub const MAX_DATA_NAME_CHARS: usize = 50;
+
+/// The columns with a meaning of their own; every other one is template data.
+const NAMED: [&str; 4] = ["member_id", "email", "priority", "send_after"];
+
+/// Why a header column cannot be a template-data name (`[A-Za-z0-9_]{1,50}`), if it cannot.
+fn data_name_problem(name: &str) -> Option<&'static str> {
+    if name.is_empty() || name.chars().count() > MAX_DATA_NAME_CHARS {
+        return Some("must be 1 to 50 characters");
+    }
+    (!name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        .then_some("may hold only A-Z a-z 0-9 _ (the vendors' template variables)")
 }
 
 /// One valid record, as it is staged.
@@ -42,6 +63,8 @@ pub struct Record {
     pub email: String,
     pub priority: i32,
     pub send_after: Option<chrono::DateTime<chrono::FixedOffset>>,
+    /// The template data, a flat JSON object of strings (`None`: the file has no data column).
+    pub data: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 impl Columns {
@@ -51,29 +74,52 @@ impl Columns {
         priority: None,
         send_after: None,
         width: 2,
+        data: Vec::new(),
     };
 
     /// `Some` if this first record is a header (it names `member_id`), with the columns it
-    /// names; `Err` if it is a header without an `email` column.
+    /// names; `Err` if it is a header without an `email` column, or with a data column whose
+    /// name the vendors cannot carry or that is named twice.
     pub fn from_header(fields: &[&str]) -> Option<Result<Columns, String>> {
         let find = |name: &str| fields.iter().position(|f| f.eq_ignore_ascii_case(name));
         let member_id = find("member_id")?;
-        Some(match find("email") {
-            Some(email) => Ok(Columns {
-                member_id,
-                email,
-                priority: find("priority"),
-                send_after: find("send_after"),
-                width: fields.len(),
-            }),
-            None => Err("the header names member_id but no email column".to_string()),
-        })
+        let Some(email) = find("email") else {
+            return Some(Err(
+                "the header names member_id but no email column".to_string()
+            ));
+        };
+        let mut data: Vec<(usize, String)> = Vec::new();
+        for (i, name) in fields.iter().enumerate() {
+            if NAMED.iter().any(|n| name.eq_ignore_ascii_case(n)) {
+                continue;
+            }
+            let column = i + 1;
+            if let Some(problem) = data_name_problem(name) {
+                return Some(Err(format!(
+                    "column {column}'s name {problem} (it is template data: every column but member_id, email, priority, send_after)"
+                )));
+            }
+            if data.iter().any(|(_, n)| n == name) {
+                return Some(Err(format!(
+                    "column {column}'s name is also an earlier column's"
+                )));
+            }
+            data.push((i, name.to_string()));
+        }
+        Some(Ok(Columns {
+            member_id,
+            email,
+            priority: find("priority"),
+            send_after: find("send_after"),
+            width: fields.len(),
+            data,
+        }))
     }
 }
 
 /// Validates one record: the member id, the address, and the optional priority and schedule,
 /// or why not. Pure.
-pub fn check_record(fields: &[&str], cols: Columns) -> Result<Record, String> {
+pub fn check_record(fields: &[&str], cols: &Columns) -> Result<Record, String> {
     if fields.len() != cols.width {
         return Err(format!(
             "expected {} fields, found {}",
@@ -114,7 +160,31 @@ pub fn check_record(fields: &[&str], cols: Columns) -> Result<Record, String> {
         email: email.to_string(),
         priority,
         send_after,
+        data: template_data(fields, cols)?,
     })
+}
+
+/// The record's template data; a value longer than [`MAX_DATA_VALUE_CHARS`] names its column
+/// (never its value: personal data).
+fn template_data(
+    fields: &[&str],
+    cols: &Columns,
+) -> Result<Option<serde_json::Map<String, serde_json::Value>>, String> {
+    if cols.data.is_empty() {
+        return Ok(None);
+    }
+    let mut data = serde_json::Map::new();
+    for (i, name) in &cols.data {
+        let value = fields[*i];
+        if value.chars().count() > MAX_DATA_VALUE_CHARS {
+            return Err(format!(
+                "column {} ({name}) is longer than {MAX_DATA_VALUE_CHARS} characters (the vendors' limit on a template variable)",
+                i + 1
+            ));
+        }
+        data.insert(name.clone(), serde_json::Value::String(value.to_string()));
+    }
+    Ok(Some(data))
 }
 
 /// Appends `value` in COPY text format (backslash escapes).
@@ -159,7 +229,7 @@ impl ReadOutcome {
         line: u64,
         reason: String,
         fields: &[&str],
-        cols: Columns,
+        cols: &Columns,
     ) -> Result<(), ImportError> {
         self.invalid += 1;
         if let Some(w) = &mut self.rejects {
@@ -179,7 +249,8 @@ impl ReadOutcome {
     }
 }
 
-/// Valid records as COPY text (`line \t member_id \t email \t priority \t send_after`), sent
+/// Valid records as COPY text (`line \t member_id \t email \t priority \t send_after \t
+/// data`), sent
 /// on in 1-MiB chunks.
 struct Chunks {
     chunk: Vec<u8>,
@@ -200,6 +271,11 @@ impl Chunks {
         c.push(b'\t');
         match &r.send_after {
             Some(t) => c.extend_from_slice(t.to_rfc3339().as_bytes()),
+            None => c.extend_from_slice(b"\\N"),
+        }
+        c.push(b'\t');
+        match &r.data {
+            Some(d) => push_copy_text(c, &serde_json::Value::Object(d.clone()).to_string()),
             None => c.extend_from_slice(b"\\N"),
         }
         c.push(b'\n');
@@ -259,7 +335,7 @@ pub(super) fn read_input(
         let line = match next_record(&mut rdr, &mut record)? {
             Next::End => break,
             Next::NotUtf8(line) => {
-                out.reject(line, "not valid UTF-8".into(), &[], Columns::POSITIONAL)?;
+                out.reject(line, "not valid UTF-8".into(), &[], &Columns::POSITIONAL)?;
                 continue;
             }
             Next::Record(line) => line,
@@ -268,14 +344,14 @@ pub(super) fn read_input(
         if fields.iter().all(|f| f.is_empty()) {
             continue; // a blank line
         }
-        let c = match cols {
+        let c = match &cols {
             Some(c) => c,
             None => match first_record(&fields, line, delimiter)? {
                 Some(header) => {
                     cols = Some(header);
                     continue;
                 }
-                None => *cols.insert(Columns::POSITIONAL),
+                None => cols.insert(Columns::POSITIONAL),
             },
         };
         out.records += 1;
@@ -387,12 +463,13 @@ mod tests {
     #[test]
     fn a_valid_record_gives_its_id_and_address() {
         assert_eq!(
-            check_record(&["42", "a@example.com"], Columns::POSITIONAL),
+            check_record(&["42", "a@example.com"], &Columns::POSITIONAL),
             Ok(Record {
                 member_id: 42,
                 email: "a@example.com".to_string(),
                 priority: 0,
                 send_after: None,
+                data: None,
             })
         );
     }
@@ -409,7 +486,7 @@ mod tests {
             (&["7"], "expected 2 fields, found 1"),
         ];
         for (fields, want) in cases {
-            let err = check_record(fields, Columns::POSITIONAL).unwrap_err();
+            let err = check_record(fields, &Columns::POSITIONAL).unwrap_err();
             assert!(err.contains(want), "{fields:?}: {err}");
             assert!(!err.contains('@'), "a reason quoted an address: {err}");
         }
@@ -424,7 +501,8 @@ mod tests {
                 email: 0,
                 priority: None,
                 send_after: None,
-                width: 3
+                width: 3,
+                data: vec![(2, "reason".to_string())],
             }))
         );
         assert_eq!(Columns::from_header(&["1", "a@example.com"]), None);
@@ -484,7 +562,7 @@ mod tests {
             .unwrap();
         let r = check_record(
             &["2026-12-06T08:00:00+09:00", "a@example.com", "7", "1"],
-            cols,
+            &cols,
         )
         .unwrap();
         assert_eq!((r.member_id, r.priority), (1, 7));
@@ -492,15 +570,59 @@ mod tests {
             r.send_after.unwrap().to_rfc3339(),
             "2026-12-06T08:00:00+09:00"
         );
-        let empty = check_record(&["", "a@example.com", "", "2"], cols).unwrap();
+        let empty = check_record(&["", "a@example.com", "", "2"], &cols).unwrap();
         assert_eq!((empty.priority, empty.send_after), (0, None));
         assert_eq!(
-            check_record(&["", "a@example.com", "high", "3"], cols).unwrap_err(),
+            check_record(&["", "a@example.com", "high", "3"], &cols).unwrap_err(),
             "priority 'high' is not an integer"
         );
-        assert!(check_record(&["tomorrow", "a@example.com", "1", "4"], cols)
-            .unwrap_err()
-            .starts_with("send_after 'tomorrow' is not an RFC 3339 time"));
+        assert!(
+            check_record(&["tomorrow", "a@example.com", "1", "4"], &cols)
+                .unwrap_err()
+                .starts_with("send_after 'tomorrow' is not an RFC 3339 time")
+        );
+    }
+
+    #[test]
+    fn every_other_column_is_template_data_with_a_name_the_vendors_take() {
+        let cols = Columns::from_header(&["member_id", "first_name", "email", "plan_2"])
+            .unwrap()
+            .unwrap();
+        let r = check_record(&["1", "Ann", "a@example.com", "gold"], &cols).unwrap();
+        let data = serde_json::Value::Object(r.data.unwrap());
+        assert_eq!(
+            data,
+            serde_json::json!({"first_name": "Ann", "plan_2": "gold"})
+        );
+        for (header, want) in [
+            (
+                ["member_id", "first name", "email"],
+                "column 2's name may hold only",
+            ),
+            (
+                ["member_id", "", "email"],
+                "column 2's name must be 1 to 50",
+            ),
+            (
+                ["member_id", &"x".repeat(51), "email"],
+                "column 2's name must be 1 to 50",
+            ),
+            (["x", "email", "x"], "column 3's name is also"),
+        ] {
+            let mut header = header.to_vec();
+            header.push("member_id");
+            let err = Columns::from_header(&header).unwrap().unwrap_err();
+            assert!(err.contains(want), "{header:?}: {err}");
+        }
+        let long = "é".repeat(MAX_DATA_VALUE_CHARS + 1);
+        let err = check_record(&["1", &long, "a@example.com", "gold"], &cols).unwrap_err();
+        assert!(
+            err.starts_with("column 2 (first_name) is longer than 2000"),
+            "{err}"
+        );
+        assert!(!err.contains('é'), "the value is never quoted: {err}");
+        let fits = "é".repeat(MAX_DATA_VALUE_CHARS);
+        assert!(check_record(&["1", &fits, "a@example.com", "gold"], &cols).is_ok());
     }
 
     #[test]

@@ -3,6 +3,8 @@
 //! A campaign needs no settings row: without one it sends with the defaults (the campaign id as
 //! template, `MAX_PERMANENT_FAILURE_RATIO` from the environment, not paused). The row carries:
 //! - `template`: the provider template (else the campaign id);
+//! - `from_address`, `reply_to`: the sender (`Name <addr>` or `addr`) and reply-to a vendor's
+//!   mail carries (every vendor but the JSON contract needs a sender);
 //! - `max_permanent_failure_ratio`: this campaign's failure threshold (else the environment's);
 //! - the pause: `paused_at`, `paused_by` (`operator` or `auto`) and `pause_reason`;
 //! - the send window: `window_start`, `window_end` (local times) and `timezone`
@@ -37,6 +39,10 @@ pub struct Pause {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CampaignSettings {
     pub template: String,
+    /// `configure --from`: the sender, `Name <addr>` or `addr` (`None`: not configured).
+    pub from_address: Option<String>,
+    /// `configure --reply-to`.
+    pub reply_to: Option<String>,
     /// `None`: use `MAX_PERMANENT_FAILURE_RATIO`.
     pub max_permanent_failure_ratio: Option<f64>,
     pub pause: Option<Pause>,
@@ -58,6 +64,8 @@ fn shown<S: serde::Serializer>(w: &Option<SendWindow>, s: S) -> Result<S::Ok, S:
 #[derive(FromRow)]
 struct SettingsRow {
     template: Option<String>,
+    from_address: Option<String>,
+    reply_to: Option<String>,
     max_permanent_failure_ratio: Option<f64>,
     #[sqlx(flatten)]
     pause: PauseRow,
@@ -104,8 +112,8 @@ impl PauseRow {
 pub async fn settings(pool: &PgPool, campaign_id: &str) -> Result<CampaignSettings, sqlx::Error> {
     // language=PostgreSQL
     const SETTINGS: &str = r#"
-        SELECT template, max_permanent_failure_ratio, paused_at, paused_by, pause_reason,
-               window_start, window_end, timezone
+        SELECT template, from_address, reply_to, max_permanent_failure_ratio, paused_at,
+               paused_by, pause_reason, window_start, window_end, timezone
           FROM campaigns
          WHERE campaign_id = $1
     "#;
@@ -116,6 +124,8 @@ pub async fn settings(pool: &PgPool, campaign_id: &str) -> Result<CampaignSettin
     Ok(match row {
         None => CampaignSettings {
             template: campaign_id.to_string(),
+            from_address: None,
+            reply_to: None,
             max_permanent_failure_ratio: None,
             pause: None,
             window: None,
@@ -124,6 +134,8 @@ pub async fn settings(pool: &PgPool, campaign_id: &str) -> Result<CampaignSettin
         Some(r) => CampaignSettings {
             window: r.window()?,
             template: r.template.unwrap_or_else(|| campaign_id.to_string()),
+            from_address: r.from_address,
+            reply_to: r.reply_to,
             max_permanent_failure_ratio: r.max_permanent_failure_ratio,
             pause: r.pause.pause(),
             stored: true,
@@ -132,6 +144,15 @@ pub async fn settings(pool: &PgPool, campaign_id: &str) -> Result<CampaignSettin
 }
 
 impl CampaignSettings {
+    /// The campaign's part of every mail.
+    pub fn letter(&self) -> crate::provider::Letter {
+        crate::provider::Letter {
+            template: self.template.clone(),
+            from: self.from_address.clone(),
+            reply_to: self.reply_to.clone(),
+        }
+    }
+
     /// `failed` rows a campaign of `total` rows may have before a run stops with exit 2 and
     /// pauses it: the settings row's ratio, else `default_ratio` (`MAX_PERMANENT_FAILURE_RATIO`).
     /// One rule for the worker and for `status`.
@@ -270,26 +291,39 @@ pub async fn resume(pool: &PgPool, campaign_id: &str) -> Result<Option<Pause>, s
 pub async fn set_settings(
     pool: &PgPool,
     campaign_id: &str,
-    template: Option<&str>,
-    max_permanent_failure_ratio: Option<f64>,
+    asked: &SettingsChange<'_>,
 ) -> Result<(), sqlx::Error> {
     // language=PostgreSQL
     const SET: &str = r#"
-        INSERT INTO campaigns AS c (campaign_id, template, max_permanent_failure_ratio)
-        VALUES ($1, $2, $3)
+        INSERT INTO campaigns AS c (campaign_id, template, max_permanent_failure_ratio,
+                                    from_address, reply_to)
+        VALUES ($1, $2, $3, $4, $5)
         ON CONFLICT (campaign_id) DO UPDATE
            SET template = coalesce(excluded.template, c.template),
                max_permanent_failure_ratio = coalesce(excluded.max_permanent_failure_ratio,
                                                       c.max_permanent_failure_ratio),
+               from_address = coalesce(excluded.from_address, c.from_address),
+               reply_to = coalesce(excluded.reply_to, c.reply_to),
                updated_at = now()
     "#;
     sqlx::query(SET)
         .bind(campaign_id)
-        .bind(template)
-        .bind(max_permanent_failure_ratio)
+        .bind(asked.template)
+        .bind(asked.ratio)
+        .bind(asked.from)
+        .bind(asked.reply_to)
         .execute(pool)
         .await?;
     Ok(())
+}
+
+/// What `configure` changes in the settings row; `None` keeps the stored value.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SettingsChange<'a> {
+    pub template: Option<&'a str>,
+    pub ratio: Option<f64>,
+    pub from: Option<&'a str>,
+    pub reply_to: Option<&'a str>,
 }
 
 /// Sets (or, with `None`, clears) a campaign's send window (`configure --window`).

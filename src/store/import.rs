@@ -22,7 +22,7 @@ pub async fn session(opts: &PgConnectOptions) -> Result<PgConnection, sqlx::Erro
 }
 
 /// Inside the import's transaction: the staging table
-/// `import_rows (line, member_id, email, priority, send_after)`.
+/// `import_rows (line, member_id, email, priority, send_after, data)`.
 ///
 /// Invariant: `ON COMMIT DROP` — the staging rows vanish with the transaction, committed or not.
 pub async fn create_staging(tx: &mut PgConnection) -> Result<(), sqlx::Error> {
@@ -33,7 +33,7 @@ pub async fn create_staging(tx: &mut PgConnection) -> Result<(), sqlx::Error> {
     // language=PostgreSQL
     sqlx::query(
         "CREATE TEMP TABLE import_rows (line bigint NOT NULL, member_id bigint NOT NULL, email text NOT NULL,
-                                        priority integer NOT NULL, send_after timestamptz) ON COMMIT DROP",
+                                        priority integer NOT NULL, send_after timestamptz, data jsonb) ON COMMIT DROP",
     )
     .execute(&mut *tx)
     .await?;
@@ -43,7 +43,7 @@ pub async fn create_staging(tx: &mut PgConnection) -> Result<(), sqlx::Error> {
 /// The COPY the reader's chunks are streamed into (COPY text, one line per record).
 // language=PostgreSQL
 pub const COPY_STAGING: &str =
-    "COPY import_rows (line, member_id, email, priority, send_after) FROM STDIN";
+    "COPY import_rows (line, member_id, email, priority, send_after, data) FROM STDIN";
 
 /// Statistics for the planner (a temp table has none): hash/merge plans for the checks.
 pub async fn analyze_staging(tx: &mut PgConnection) -> Result<(), sqlx::Error> {
@@ -110,8 +110,8 @@ pub async fn drop_repeats(tx: &mut PgConnection) -> Result<(), sqlx::Error> {
 pub async fn insert_new(tx: &mut PgConnection, campaign_id: &str) -> Result<u64, sqlx::Error> {
     // language=PostgreSQL
     const FAST: &str = r#"
-        INSERT INTO campaign_targets (campaign_id, member_id, email, priority, send_after)
-        SELECT $1, i.member_id, i.email, i.priority, i.send_after
+        INSERT INTO campaign_targets (campaign_id, member_id, email, priority, send_after, data)
+        SELECT $1, i.member_id, i.email, i.priority, i.send_after, i.data
           FROM import_rows i
          WHERE NOT EXISTS (SELECT 1 FROM campaign_targets t
                             WHERE t.campaign_id = $1 AND t.member_id = i.member_id)

@@ -144,7 +144,7 @@ mod tests {
 
     #[test]
     fn no_limit_means_no_retry_and_time_past_the_limit_gives_up() {
-        assert_eq!(waits(Duration::ZERO), []);
+        assert_eq!(waits(Duration::ZERO), Vec::<Duration>::new());
         let now = Instant::now();
         let mut o = Outage::new(now, Duration::from_secs(1));
         assert_eq!(o.left(now + Duration::from_millis(400)), 600 * MS);

@@ -221,8 +221,9 @@ mod tests {
         );
         let op = grants_for("campaign_targets", "campaign_sender_operator");
         assert!(
-            op.iter().any(|g| g
-                .starts_with("GRANT INSERT (campaign_id, member_id, email, priority, send_after)")),
+            op.iter().any(|g| g.starts_with(
+                "GRANT INSERT (campaign_id, member_id, email, priority, send_after, data)"
+            )),
             "{op:?}"
         );
         assert!(grants_for("campaigns", "nobody").is_empty());

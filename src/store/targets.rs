@@ -42,6 +42,9 @@ use crate::outcome::Resolution;
 pub struct ClaimedRow {
     pub member_id: i64,
     pub email: Option<String>,
+    /// The recipient's template data (`import`'s extra CSV columns), personal data like the
+    /// address: sent to the vendor, never logged.
+    pub data: Option<sqlx::types::Json<serde_json::Value>>,
     /// This claim's attempt number (1 for the first).
     pub attempt: i32,
     /// Taken over from a holder whose lease had expired (a killed or stalled worker).
@@ -53,6 +56,7 @@ impl std::fmt::Debug for ClaimedRow {
         f.debug_struct("ClaimedRow")
             .field("member_id", &self.member_id)
             .field("email", &"[personal data]")
+            .field("data", &self.data.as_ref().map(|_| "[personal data]"))
             .field("attempt", &self.attempt)
             .field("reclaimed", &self.reclaimed)
             .finish()
@@ -166,15 +170,32 @@ struct Written {
     delay_ms: Option<i64>,
     status: Option<i16>,
     error: Option<&'static str>,
+    /// The vendor's id of the accepted message.
+    message_id: Option<String>,
 }
 
 impl Written {
     fn of(res: &Resolution) -> Self {
         let ms = |d: &Duration| Some(d.as_millis() as i64);
         let written = match res {
-            Resolution::Sent { status } => {
-                Self::new(RowState::Sent, true, None, Some(*status), None)
-            }
+            Resolution::Sent { status, message_id } => Self {
+                message_id: message_id.clone(),
+                ..Self::new(RowState::Sent, true, None, Some(*status), None)
+            },
+            Resolution::Suppressed { status } => Self::new(
+                RowState::Suppressed,
+                true,
+                None,
+                Some(*status),
+                Some(crate::outcome::ErrorClass::Inactive.as_str()),
+            ),
+            Resolution::Unconfirmed { class } => Self::new(
+                RowState::Unconfirmed,
+                true,
+                None,
+                None,
+                Some(class.as_str()),
+            ),
             Resolution::RetryAfter {
                 delay,
                 status,
@@ -220,6 +241,7 @@ impl Written {
             delay_ms,
             status: status.map(|s| s as i16),
             error,
+            message_id: None,
         }
     }
 }
@@ -265,7 +287,8 @@ impl Store {
     ///   latest row version, so an opt-out committed before the claim always wins);
     /// - a row in retry backoff is not claimed before `not_before`, nor a scheduled row before
     ///   its `send_after`; neither blocks the rows behind it;
-    /// - the highest `priority` goes first, then the lowest `member_id`;
+    /// - the highest `priority` goes first, then the lowest `member_id`: picked in that order,
+    ///   and returned in it (an `UPDATE`'s `RETURNING` keeps no order of its own);
     /// - a row whose address is on the suppression list is never claimed: the claim moves it
     ///   to `suppressed` (out of the work set, no attempt counted) and does not return it;
     /// - a row another worker holds is taken only after its lease expired (the crash case);
@@ -294,22 +317,27 @@ impl Store {
                  ORDER BY priority DESC, member_id
                  LIMIT $2
                    FOR UPDATE SKIP LOCKED
+            ),
+            claimed AS (
+                UPDATE campaign_targets t
+                   SET state         = CASE WHEN picked.suppressed THEN 'suppressed' ELSE 'sending' END,
+                       attempts      = t.attempts + (NOT picked.suppressed)::int,
+                       claim_id      = $3,
+                       lease_until   = CASE WHEN NOT picked.suppressed
+                                            THEN now() + make_interval(secs => $4) END,
+                       not_before    = NULL,
+                       unknown_since = coalesce(t.unknown_since, t.started_at),
+                       started_at    = NULL,
+                       updated_at    = now()
+                  FROM picked
+                 WHERE t.campaign_id = (SELECT $1::text)
+                   AND t.member_id = picked.member_id
+                RETURNING t.member_id, t.email, t.data, t.attempts AS attempt, t.priority,
+                          picked.was = 'sending' AS reclaimed, picked.suppressed
             )
-            UPDATE campaign_targets t
-               SET state         = CASE WHEN picked.suppressed THEN 'suppressed' ELSE 'sending' END,
-                   attempts      = t.attempts + (NOT picked.suppressed)::int,
-                   claim_id      = $3,
-                   lease_until   = CASE WHEN NOT picked.suppressed
-                                        THEN now() + make_interval(secs => $4) END,
-                   not_before    = NULL,
-                   unknown_since = coalesce(t.unknown_since, t.started_at),
-                   started_at    = NULL,
-                   updated_at    = now()
-              FROM picked
-             WHERE t.campaign_id = (SELECT $1::text)
-               AND t.member_id = picked.member_id
-            RETURNING t.member_id, t.email, t.attempts AS attempt,
-                      picked.was = 'sending' AS reclaimed, picked.suppressed
+            SELECT member_id, email, data, attempt, reclaimed, suppressed
+              FROM claimed
+             ORDER BY priority DESC, member_id
         "#;
         let picked: Vec<Picked> = sqlx::query_as(CLAIM)
             .bind(&self.campaign_id)
@@ -466,6 +494,12 @@ impl Store {
     /// - an attempt whose outcome is unknown (a timeout, a broken connection) starts the row's
     ///   idempotency window at the moment its send began (`unknown_since`, the earliest one
     ///   kept); every written row's `started_at` is cleared, since its outcome is now recorded.
+    /// - `sent` keeps the vendor's message id (`provider_message_id`), which its events name;
+    /// - a row the vendor refused as inactive becomes `suppressed` and, in the same statement,
+    ///   its address is listed in `suppressions` (reason `inactive`; an existing entry and its
+    ///   reason are kept), so no campaign mails it again;
+    /// - a row written `unconfirmed` (an unknown outcome under a vendor without idempotency
+    ///   keys) is out of the work set at once: never sent again blindly.
     pub async fn finish(
         &self,
         claim_id: Uuid,
@@ -482,6 +516,7 @@ impl Store {
         let mut delays = Vec::with_capacity(n);
         let mut statuses = Vec::with_capacity(n);
         let mut errors = Vec::with_capacity(n);
+        let mut message_ids = Vec::with_capacity(n);
         let mut ordered: Vec<&(i64, Resolution)> = results.iter().collect();
         ordered.sort_unstable_by_key(|(member_id, _)| *member_id);
         for (member_id, res) in ordered {
@@ -493,30 +528,42 @@ impl Store {
             delays.push(w.delay_ms);
             statuses.push(w.status);
             errors.push(w.error);
+            message_ids.push(w.message_id);
         }
         // language=PostgreSQL
         const FINISH: &str = r#"
-            UPDATE campaign_targets t
-               SET state       = r.state,
-                   attempts    = CASE WHEN r.attempted THEN t.attempts ELSE greatest(t.attempts - 1, 0) END,
-                   not_before  = CASE WHEN r.delay_ms IS NULL THEN NULL
-                                      ELSE now() + r.delay_ms * interval '1 millisecond' END,
-                   sent_at     = CASE WHEN r.state = 'sent' THEN now() ELSE t.sent_at END,
-                   last_status = CASE WHEN r.attempted THEN r.status ELSE t.last_status END,
-                   last_error  = CASE WHEN r.attempted THEN r.error ELSE coalesce(r.error, t.last_error) END,
-                   lease_until = NULL,
-                   unknown_since = CASE WHEN r.unknown THEN coalesce(t.unknown_since, t.started_at, now())
-                                        ELSE t.unknown_since END,
-                   started_at  = NULL,
-                   updated_at  = now()
-              FROM unnest($3::bigint[], $4::text[], $5::bool[], $6::bigint[], $7::int2[], $8::text[],
-                          $9::bool[])
-                   AS r(member_id, state, attempted, delay_ms, status, error, unknown)
-             WHERE t.campaign_id = (SELECT $1::text)
-               AND t.member_id = r.member_id
-               AND t.state = 'sending'
-               AND t.claim_id = $2
-            RETURNING r.state = 'sent' AND t.opted_out_at IS NOT NULL
+            WITH written AS (
+                UPDATE campaign_targets t
+                   SET state       = r.state,
+                       attempts    = CASE WHEN r.attempted THEN t.attempts ELSE greatest(t.attempts - 1, 0) END,
+                       not_before  = CASE WHEN r.delay_ms IS NULL THEN NULL
+                                          ELSE now() + r.delay_ms * interval '1 millisecond' END,
+                       sent_at     = CASE WHEN r.state = 'sent' THEN now() ELSE t.sent_at END,
+                       last_status = CASE WHEN r.attempted THEN r.status ELSE t.last_status END,
+                       last_error  = CASE WHEN r.attempted THEN r.error ELSE coalesce(r.error, t.last_error) END,
+                       lease_until = NULL,
+                       unknown_since = CASE WHEN r.unknown THEN coalesce(t.unknown_since, t.started_at, now())
+                                            ELSE t.unknown_since END,
+                       started_at  = NULL,
+                       provider_message_id = coalesce(r.message_id, t.provider_message_id),
+                       updated_at  = now()
+                  FROM unnest($3::bigint[], $4::text[], $5::bool[], $6::bigint[], $7::int2[], $8::text[],
+                              $9::bool[], $10::text[])
+                       AS r(member_id, state, attempted, delay_ms, status, error, unknown, message_id)
+                 WHERE t.campaign_id = (SELECT $1::text)
+                   AND t.member_id = r.member_id
+                   AND t.state = 'sending'
+                   AND t.claim_id = $2
+                RETURNING r.state, t.email, r.state = 'sent' AND t.opted_out_at IS NOT NULL AS after_optout
+            ),
+            listed AS (
+                INSERT INTO suppressions (email, reason)
+                SELECT DISTINCT lower(email), 'inactive'
+                  FROM written
+                 WHERE state = 'suppressed' AND email IS NOT NULL AND email <> ''
+                ON CONFLICT (email) DO NOTHING
+            )
+            SELECT after_optout FROM written
         "#;
         let written: Vec<bool> = sqlx::query_scalar(FINISH)
             .bind(&self.campaign_id)
@@ -528,6 +575,7 @@ impl Store {
             .bind(&statuses)
             .bind(&errors)
             .bind(&unknown)
+            .bind(&message_ids)
             .fetch_all(&self.pool)
             .await?;
         Ok(Finished {

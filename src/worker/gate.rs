@@ -221,7 +221,7 @@ impl Gate<'_, '_> {
         let send = SendTask {
             provider: w.provider.clone(),
             policy: w.policy,
-            template: self.p.template.clone(),
+            letter: self.p.letter.clone(),
             pacer: w.pacer.clone(),
             signals: w.signals.clone(),
             reach: w.reach.clone(),

@@ -66,7 +66,7 @@ impl Worker {
                 campaigns::settings(self.store.pool(), self.store.campaign_id())
             })
             .await?;
-        let p = Pipeline::new(self, settings.template.into(), cancel, true, i64::MAX);
+        let p = Pipeline::new(self, settings.letter().into(), cancel, true, i64::MAX);
         let _deadline = p.stop.at(stop_at, StopReason::Deadline);
         let empty = p.drive().await;
         if let Some(e) = p.stop.take_fatal() {
@@ -193,8 +193,8 @@ impl Worker {
             Err(reason) => return Ok(report(reason, start.counts.clone())),
         };
         info!(worker = %self.name, campaign = %self.store.campaign_id(), total = start.counts.total, "run started");
-        let template: Arc<str> = start.settings.template.clone().into();
-        let mut p = Pipeline::new(self, template, cancel, false, start.failure_budget);
+        let letter = Arc::new(start.settings.letter());
+        let mut p = Pipeline::new(self, letter, cancel, false, start.failure_budget);
         p.requests_end = end.map(|e| e.at + REQUEST_GRACE);
         let end_guard = end.map(|e| p.stop.at(e.at, e.reason));
         p.drive().await;

@@ -14,6 +14,7 @@ use super::shutdown::Stop;
 use super::Worker;
 use crate::config::RunConfig;
 use crate::outcome::Resolution;
+use crate::provider::Letter;
 use crate::store::{Recheck, Remaining};
 
 /// How much of its own share a pod keeps claimed ahead of its sends ([`Pipeline::low_water`]).
@@ -46,8 +47,8 @@ pub(super) enum Settled {
 
 pub(super) struct Pipeline<'a> {
     pub(super) w: &'a Worker,
-    /// The provider template (the settings row's, else the campaign id).
-    pub(super) template: Arc<str>,
+    /// The campaign's part of every mail: template, sender, reply-to (its settings row's).
+    pub(super) letter: Arc<Letter>,
     pub(super) stop: Arc<Stop>,
     /// No request may run past this (the send window's end or the deadline, plus
     /// [`REQUEST_GRACE`]): a request started close to it gets only what is left as its timeout.
@@ -82,14 +83,14 @@ impl<'a> Pipeline<'a> {
 
     pub(super) fn new(
         w: &'a Worker,
-        template: Arc<str>,
+        letter: Arc<Letter>,
         cancel: &CancellationToken,
         one_batch: bool,
         failure_budget: i64,
     ) -> Self {
         Self {
             w,
-            template,
+            letter,
             stop: Arc::new(Stop::child_of(cancel)),
             requests_end: None,
             one_batch,

@@ -7,7 +7,10 @@
 //!   the pod pauses and the gate sends one probe at a time; the row is deferred without
 //!   spending an attempt;
 //! - a refusal of the account or the endpoint stops the pass at once and, through the
-//!   coordinator, every pod of the key; the row is released with its attempt given back.
+//!   coordinator, every pod of the key; the row is released with its attempt given back;
+//! - the vendor's own quota (not its rate) stops the pass as `MAIL_DAILY_QUOTA` does ("done
+//!   for now", exit 0) and pauses the fleet like a 429 with the vendor's wait, so no pod storms
+//!   the vendor with requests it will refuse; the row is released.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,7 +24,7 @@ use super::pipeline::Settled;
 use super::recorder::Recorder;
 use super::shutdown::Stop;
 use crate::outcome::{resolve, unreachable_pause, Attempt, ErrorClass, Resolution, RetryPolicy};
-use crate::provider::Provider;
+use crate::provider::{Letter, Provider};
 use crate::rate::{Pacer, Signals, DEFAULT_PAUSE};
 use crate::report::StopReason;
 use crate::store::ClaimedRow;
@@ -30,7 +33,7 @@ use crate::store::ClaimedRow;
 pub(super) struct SendTask {
     pub(super) provider: Provider,
     pub(super) policy: RetryPolicy,
-    pub(super) template: Arc<str>,
+    pub(super) letter: Arc<Letter>,
     pub(super) pacer: Pacer,
     pub(super) signals: Signals,
     pub(super) reach: Arc<Reachability>,
@@ -53,7 +56,8 @@ impl SendTask {
                 row.member_id,
                 row.attempt,
                 email,
-                &self.template,
+                &self.letter,
+                row.data.as_ref().and_then(|d| d.0.as_object()),
                 self.until,
             )
             .await;
@@ -61,6 +65,7 @@ impl SendTask {
         let pause = self.unreachable_pause(&attempt);
         self.on_throttled(&attempt);
         self.on_refused(&attempt);
+        self.on_quota(&attempt);
         let mut res = resolve(
             attempt,
             row.attempt.max(1) as u32,
@@ -122,6 +127,28 @@ impl SendTask {
             }
             self.signals.refused(*status, *refusal);
             self.stop.stop(StopReason::AccountRefused);
+        }
+    }
+}
+
+impl SendTask {
+    /// The vendor's daily or monthly quota is used up: this pass stops ("done for now") and
+    /// the fleet pauses for the vendor's wait (at most `RETRY_AFTER_MAX_S`), as after a 429.
+    fn on_quota(&self, attempt: &Attempt) {
+        if let Attempt::Quota { status, frees_in } = attempt {
+            if !self.stop.is_stopped() {
+                warn!(
+                    status,
+                    frees_in_s = frees_in.map(|d| d.as_secs()),
+                    "the provider's own sending quota is used up; stopping (done for now), the row is released"
+                );
+            }
+            let pause = frees_in.map(|d| d.min(self.policy.retry_after_cap));
+            self.pacer
+                .pause_until(Instant::now() + pause.unwrap_or(self.policy.retry_after_cap));
+            self.signals
+                .throttled(Some(pause.unwrap_or(self.policy.retry_after_cap)));
+            self.stop.stop(StopReason::QuotaExhausted);
         }
     }
 }

@@ -155,7 +155,15 @@ async fn a_stale_worker_cannot_overwrite_a_row_after_it_was_reclaimed(pool: PgPo
     let ok: Vec<_> = fresh
         .rows
         .iter()
-        .map(|r| (r.member_id, Resolution::Sent { status: 200 }))
+        .map(|r| {
+            (
+                r.member_id,
+                Resolution::Sent {
+                    status: 200,
+                    message_id: None,
+                },
+            )
+        })
         .collect();
     assert_eq!(s.finish(fresh.claim_id, &ok).await.unwrap().written, 10);
     assert_eq!(states(&pool).await.get("sent"), Some(&10));
@@ -173,7 +181,13 @@ async fn opt_outs_on_sent_failed_waiting_and_in_flight_rows_are_each_counted_onc
     assert_eq!(ids, vec![1, 2, 3, 4]);
     // 1 sent, 2 failed for good; 3 and 4 still in flight.
     let settled = [
-        (1, Resolution::Sent { status: 200 }),
+        (
+            1,
+            Resolution::Sent {
+                status: 200,
+                message_id: None,
+            },
+        ),
         (
             2,
             Resolution::Failed {
@@ -191,7 +205,13 @@ async fn opt_outs_on_sent_failed_waiting_and_in_flight_rows_are_each_counted_onc
     // 3's request was already on its way: its answer is still recorded. 4 is caught by the
     // check before its send and released.
     let in_flight = [
-        (3, Resolution::Sent { status: 200 }),
+        (
+            3,
+            Resolution::Sent {
+                status: 200,
+                message_id: None,
+            },
+        ),
         (
             4,
             Resolution::Released {

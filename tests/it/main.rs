@@ -22,4 +22,5 @@ mod serve;
 mod suppress;
 mod tls;
 mod unconfirmed;
+mod vendors;
 mod windows;

@@ -738,9 +738,16 @@ async fn a_settings_row_sets_the_template_and_threshold_and_none_is_needed(pool:
     let (code, out, err) = finish(child, Duration::from_secs(30)).await;
     assert_eq!(code, 0, "{out}\n{err}");
     // A later configure of one setting keeps the other.
-    campaigns::set_settings(&pool, CAMPAIGN, Some("spring-v3"), None)
-        .await
-        .unwrap();
+    campaigns::set_settings(
+        &pool,
+        CAMPAIGN,
+        &campaigns::SettingsChange {
+            template: Some("spring-v3"),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
     let p = provider(FakeConfig::default()).await;
     let report = run_to_end(&pool, config(&p.url)).await;
     assert_eq!(

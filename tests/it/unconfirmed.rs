@@ -128,7 +128,7 @@ async fn late_answers_then_a_late_retry(pool: &PgPool, backoff_ms: u64) -> (Test
     cfg.connect_timeout_ms = 200;
     cfg.read_timeout_ms = 300;
     cfg.optout_recheck_ms = 100;
-    cfg.idempotency_window_s = 3; // resend within 3 - (0.5 + 0.1 + 1) = 1.4 s
+    cfg.idempotency_window_s = Some(3); // resend within 3 - (0.5 + 0.1 + 1) = 1.4 s
     cfg.backoff_base_ms = backoff_ms;
     cfg.backoff_max_ms = backoff_ms;
     cfg.validate().unwrap();

@@ -371,7 +371,15 @@ async fn one_batch(store: &Store, lat: &mut Vec<(f64, f64)>) -> anyhow::Result<u
     let results: Vec<(i64, Resolution)> = batch
         .rows
         .iter()
-        .map(|r| (r.member_id, Resolution::Sent { status: 202 }))
+        .map(|r| {
+            (
+                r.member_id,
+                Resolution::Sent {
+                    status: 202,
+                    message_id: None,
+                },
+            )
+        })
         .collect();
     store.finish(batch.claim_id, &results).await?;
     Ok(batch.rows.len())

@@ -165,7 +165,7 @@ impl Fleet {
             if let Ok(s) = self.stats(&http).await {
                 run.timeline
                     .push((started.elapsed().as_secs_f64(), s.delivered));
-                if a.targets >= 10_000 && run.timeline.len() % 40 == 0 {
+                if a.targets >= 10_000 && run.timeline.len().is_multiple_of(40) {
                     eprintln!(
                         "  t={:>4.0}s delivered {:>8}",
                         started.elapsed().as_secs_f64(),

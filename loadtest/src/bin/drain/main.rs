@@ -204,7 +204,15 @@ async fn db_ceiling(db_url: &str, loops: u32, rows: i64, batch: u32) -> anyhow::
                     let res: Vec<_> = b
                         .rows
                         .iter()
-                        .map(|r| (r.member_id, Resolution::Sent { status: 200 }))
+                        .map(|r| {
+                            (
+                                r.member_id,
+                                Resolution::Sent {
+                                    status: 200,
+                                    message_id: None,
+                                },
+                            )
+                        })
                         .collect();
                     store.finish(b.claim_id, &res).await?;
                 }

@@ -1,0 +1,48 @@
+//! `MAIL_PROVIDER=json` (the default): our own contract, spoken by `fake-provider` and by any
+//! in-house relay. `POST {MAIL_URL}` (the whole URL, path included) with
+//! `{"to", "member_id", "template"}` (and `"data"`, the recipient's template data, when the row
+//! has some), `Idempotency-Key: {campaign_id}:{member_id}` (the same on every attempt: the
+//! provider suppresses repeats for `IDEMPOTENCY_WINDOW_S`, which is what makes a re-send after
+//! a crash harmless) and `Authorization: Bearer {MAIL_API_KEY}` when a key is set. Answers by
+//! status alone, with `ACCOUNT_ERROR_STATUSES` / `ENDPOINT_ERROR_STATUSES` as the refusals.
+
+use std::time::SystemTime;
+
+use serde_json::json;
+
+use super::answer;
+use super::idempotency_key;
+use super::profile::{Answer, Body, BuildError, Mail, Outgoing, Profile};
+use crate::config::Secret;
+use crate::outcome::{classify, Attempt, Refusals};
+
+pub struct Json {
+    pub api_key: Option<Secret>,
+    pub refusals: Refusals,
+}
+
+impl Profile for Json {
+    fn idempotent(&self) -> bool {
+        true
+    }
+
+    fn request(&self, mail: &Mail<'_>, _now: SystemTime) -> Result<Outgoing, BuildError> {
+        let mut body =
+            json!({"to": mail.to, "member_id": mail.member_id, "template": mail.template});
+        if let Some(data) = mail.data {
+            body["data"] = serde_json::Value::Object(data.clone());
+        }
+        let mut out = Outgoing::new("", Body::json(&body)).header(
+            "Idempotency-Key",
+            idempotency_key(mail.campaign_id, mail.member_id),
+        );
+        if let Some(key) = &self.api_key {
+            out = out.header("Authorization", format!("Bearer {}", key.expose()));
+        }
+        Ok(out)
+    }
+
+    fn read(&self, a: &Answer<'_>) -> Attempt {
+        classify(a.status, answer::retry_after(a), &self.refusals)
+    }
+}

@@ -1,0 +1,377 @@
+//! The provider client: one HTTP call per recipient, in the words of the vendor chosen by
+//! `MAIL_PROVIDER`. Touches only the provider, never the database, and is never called inside a
+//! database transaction.
+//!
+//! - [`profile`]: the one small trait a vendor implements — build the request, read the answer —
+//!   and what it works on ([`Mail`], [`Outgoing`], [`Answer`]); [`answer`]: what the answers of
+//!   the vendors share;
+//! - one file per vendor, each with its answer table in its rustdoc: [`json`] (our own contract,
+//!   the default, spoken by `fake-provider`), [`sendgrid`], [`ses`], [`postmark`], [`mailgun`],
+//!   [`resend`]. Adding a vendor is one file, one [`Kind`], the docs.
+//!
+//! Here, what they share: the client (timeouts, TLS), the idempotency key and the rule that
+//! only a vendor honouring one may have an unknown outcome sent again
+//! ([`Profile::idempotent`], [`crate::outcome::RetryPolicy::resend_unknown`]).
+//!
+//! HTTPS is verified (rustls, the built-in Mozilla roots of webpki-roots plus the CAs of
+//! `MAIL_CA_FILE` if set, names checked); there is deliberately no switch to accept an
+//! unverified certificate: an endpoint that fails the handshake never sees an address or the
+//! key, and counts as unreachable (rows deferred, not failed). Tested by
+//! `tls::an_https_provider_whose_certificate_we_cannot_verify_gets_no_request` and
+//! `tls::a_provider_behind_a_private_ca_is_trusted_only_with_mail_ca_file`.
+
+mod answer;
+pub mod json;
+pub mod mailgun;
+pub mod postmark;
+pub mod profile;
+pub mod resend;
+pub mod sendgrid;
+pub mod ses;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{ConfigError, RunConfig};
+use crate::outcome::{Attempt, ErrorClass};
+pub use profile::{Answer, Body, BuildError, Mail, Outgoing, Profile};
+
+/// `MAIL_PROVIDER`: which vendor's API the workers speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// Our own JSON contract (`fake-provider`, an in-house relay): `MAIL_URL` is the whole URL.
+    #[default]
+    Json,
+    Sendgrid,
+    Ses,
+    Postmark,
+    Mailgun,
+    Resend,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 6] = [
+        Kind::Json,
+        Kind::Sendgrid,
+        Kind::Ses,
+        Kind::Postmark,
+        Kind::Mailgun,
+        Kind::Resend,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Json => "json",
+            Kind::Sendgrid => "sendgrid",
+            Kind::Ses => "ses",
+            Kind::Postmark => "postmark",
+            Kind::Mailgun => "mailgun",
+            Kind::Resend => "resend",
+        }
+    }
+
+    /// Whether the vendor honours an idempotency key (the JSON contract and Resend).
+    pub fn idempotent(self) -> bool {
+        matches!(self, Kind::Json | Kind::Resend)
+    }
+
+    /// The vendor's public endpoint, when `MAIL_URL` is not set (SES: in `region`).
+    pub fn default_base(self, region: Option<&str>) -> Option<String> {
+        match self {
+            Kind::Json => None,
+            Kind::Sendgrid => Some(sendgrid::BASE.into()),
+            Kind::Ses => region.map(ses::base),
+            Kind::Postmark => Some(postmark::BASE.into()),
+            Kind::Mailgun => Some(mailgun::BASE.into()),
+            Kind::Resend => Some(resend::BASE.into()),
+        }
+    }
+}
+
+impl std::str::FromStr for Kind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Kind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| {
+                let all: Vec<&str> = Kind::ALL.iter().map(|k| k.as_str()).collect();
+                format!("is not a provider profile (one of {})", all.join(", "))
+            })
+    }
+}
+
+impl<'de> Deserialize<'de> for Kind {
+    /// Read as text, so a wrong value is refused naming the variable and the choices.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.trim().parse().map_err(|why| {
+            serde::de::Error::custom(format!(
+                "{why} while parsing value provided by MAIL_PROVIDER"
+            ))
+        })
+    }
+}
+
+/// The campaign's part of every mail: its settings row's template, sender and reply-to.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Letter {
+    pub template: String,
+    pub from: Option<String>,
+    pub reply_to: Option<String>,
+}
+
+/// The characters SES and Resend allow in a tag value (`[A-Za-z0-9_-]`, at most 256): why
+/// `value` is not one, if it is not.
+pub fn tag_safe(value: &str) -> Option<String> {
+    if value.is_empty() || value.len() > 256 {
+        return Some("must be 1 to 256 characters to travel as the vendor's tag".into());
+    }
+    value
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
+        .map(|c| {
+            format!(
+                "holds {:?}, which the vendor's tags do not allow (only A-Z a-z 0-9 _ -)",
+                c.escape_default().to_string()
+            )
+        })
+}
+
+/// At most this much of a response body is read (and then dropped): enough to keep the
+/// connection reusable for normal answers, bounded for a hostile one.
+const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// The idempotency key of one recipient of one campaign. Never includes the attempt.
+pub fn idempotency_key(campaign_id: &str, member_id: i64) -> String {
+    format!("{campaign_id}:{member_id}")
+}
+
+/// The profile `cfg` asks for, with its settings checked: a missing or wrong one is a
+/// [`ConfigError`] naming the variable (exit 78).
+pub fn profile(cfg: &RunConfig) -> Result<Arc<dyn Profile>, ConfigError> {
+    let key = |what: &str| {
+        cfg.mail_api_key.clone().ok_or_else(|| {
+            ConfigError::new(
+                "MAIL_API_KEY",
+                format!(
+                    "is required with MAIL_PROVIDER={} ({what})",
+                    cfg.mail_provider.as_str()
+                ),
+            )
+        })
+    };
+    Ok(match cfg.mail_provider {
+        Kind::Json => Arc::new(json::Json {
+            api_key: cfg.mail_api_key.clone(),
+            refusals: cfg.refusals()?,
+        }),
+        Kind::Sendgrid => Arc::new(sendgrid::SendGrid {
+            api_key: key("the API key, sent as Bearer")?,
+        }),
+        Kind::Postmark => Arc::new(postmark::Postmark {
+            server_token: key("the server token")?,
+            message_stream: cfg.postmark_message_stream.clone(),
+        }),
+        Kind::Mailgun => Arc::new(mailgun::Mailgun {
+            api_key: key("the sending API key")?,
+            domain: cfg.mailgun_domain.clone().ok_or_else(|| {
+                ConfigError::new("MAILGUN_DOMAIN", "is required with MAIL_PROVIDER=mailgun (the sending domain, e.g. mg.example.com)")
+            })?,
+        }),
+        Kind::Resend => Arc::new(resend::Resend {
+            api_key: key("the API key, sent as Bearer")?,
+        }),
+        Kind::Ses => Arc::new(ses::Ses {
+            region: cfg.aws_region.clone().ok_or_else(|| {
+                ConfigError::new("AWS_REGION", "is required with MAIL_PROVIDER=ses (e.g. eu-west-1)")
+            })?,
+            host: host_of(&cfg.mail_base()?),
+            keys: cfg.aws_keys()?,
+            configuration_set: cfg.ses_configuration_set.clone(),
+        }),
+    })
+}
+
+/// `host[:port]` of a URL, as the `Host` header carries it.
+fn host_of(url: &reqwest::Url) -> String {
+    let host = url.host_str().unwrap_or_default();
+    match url.port() {
+        Some(p) => format!("{host}:{p}"),
+        None => host.to_string(),
+    }
+}
+
+#[derive(Clone)]
+pub struct Provider {
+    client: reqwest::Client,
+    /// The bound on a whole attempt (connect + read timeouts), set on each request in `send` so
+    /// a slowly dribbling body cannot hold a slot.
+    total: Duration,
+    /// `MAIL_URL` (the JSON contract: the whole URL) or the vendor's base URL.
+    base: reqwest::Url,
+    profile: Arc<dyn Profile>,
+    campaign_id: String,
+}
+
+impl Provider {
+    /// The client for `cfg`'s provider. Fails on a setting the profile cannot use, a
+    /// `MAIL_CA_FILE` that cannot be used, or if the TLS stack cannot be built.
+    pub fn new(cfg: &RunConfig) -> Result<Self, ConfigError> {
+        let connect = Duration::from_millis(cfg.connect_timeout_ms);
+        let read = Duration::from_millis(cfg.read_timeout_ms);
+        let mut builder = reqwest::Client::builder();
+        for root in cfg.mail_roots()? {
+            builder = builder.add_root_certificate(root);
+        }
+        let client = builder
+            .connect_timeout(connect)
+            .read_timeout(read)
+            .redirect(reqwest::redirect::Policy::none())
+            .pool_max_idle_per_host(cfg.send_concurrency as usize)
+            .tcp_nodelay(true)
+            // The worker's name (never personal data) lets the provider side, and our fake,
+            // tell pods apart.
+            .user_agent(format!(
+                "campaign-sender/{} ({})",
+                env!("CARGO_PKG_VERSION"),
+                cfg.worker_name()
+            ))
+            .build()
+            .map_err(|e| ConfigError::new("MAIL_URL", format!("no HTTP client for it: {e}")))?;
+        Ok(Self {
+            total: cfg.request_timeout(),
+            client,
+            base: cfg.mail_base()?,
+            profile: profile(cfg)?,
+            campaign_id: cfg.campaign_id.clone(),
+        })
+    }
+
+    /// Whether the vendor honours an idempotency key.
+    pub fn idempotent(&self) -> bool {
+        self.profile.idempotent()
+    }
+
+    /// Why the campaign id cannot travel in this vendor's metadata, if it cannot.
+    pub fn campaign_id_problem(&self) -> Option<String> {
+        self.profile.campaign_id_problem(&self.campaign_id)
+    }
+
+    /// The URL a request with `path` goes to: `MAIL_URL` itself for the JSON contract (empty
+    /// path), else the base URL with the vendor's path.
+    fn url(&self, path: &str) -> reqwest::Url {
+        if path.is_empty() {
+            return self.base.clone();
+        }
+        let mut url = self.base.clone();
+        url.set_path(path);
+        url
+    }
+
+    /// One attempt for one recipient, over by `until` at the latest (the pass's time is up: a
+    /// request cut there is a timeout). `attempt` is for tracing only: the key never changes.
+    #[tracing::instrument(name = "send", skip_all, fields(member_id, attempt))]
+    pub async fn send(
+        &self,
+        member_id: i64,
+        attempt: i32,
+        to: &str,
+        letter: &Letter,
+        data: Option<&serde_json::Map<String, serde_json::Value>>,
+        until: Option<tokio::time::Instant>,
+    ) -> Attempt {
+        let _ = attempt;
+        let bound = until.map_or(self.total, |u| {
+            self.total
+                .min(u.saturating_duration_since(tokio::time::Instant::now()))
+                .max(Duration::from_millis(1))
+        });
+        let mail = Mail {
+            campaign_id: &self.campaign_id,
+            member_id,
+            to,
+            from: letter.from.as_deref(),
+            reply_to: letter.reply_to.as_deref(),
+            template: &letter.template,
+            data,
+        };
+        let out = match self.profile.request(&mail, SystemTime::now()) {
+            Ok(out) => out,
+            Err(e) => {
+                tracing::error!(error = %e, "no request can be built; stopping as for a refused account");
+                return Attempt::Refused {
+                    status: 0,
+                    refusal: crate::outcome::Refusal::Account,
+                };
+            }
+        };
+        let mut req = self.client.post(self.url(&out.path)).timeout(bound);
+        for (name, value) in &out.headers {
+            req = req.header(*name, value);
+        }
+        if let Some((user, password)) = &out.basic {
+            req = req.basic_auth(user, Some(password));
+        }
+        req = match out.body {
+            Body::Json(bytes) => req
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(bytes),
+            Body::Form(fields) => req.multipart(
+                fields
+                    .into_iter()
+                    .fold(reqwest::multipart::Form::new(), |f, (k, v)| f.text(k, v)),
+            ),
+        };
+        match req.send().await {
+            Ok(resp) => self.read(resp).await,
+            // No connection was made (refused, DNS, TLS handshake, connect timeout): the request
+            // never left, so no attempt is spent. reqwest marks only connector errors this way;
+            // a reused connection that breaks is a transport error below.
+            Err(e) if e.is_connect() => Attempt::Undelivered {
+                class: ErrorClass::Connect,
+            },
+            Err(e) => {
+                let class = if e.is_timeout() {
+                    ErrorClass::Timeout
+                } else {
+                    ErrorClass::Transport
+                };
+                // The request may or may not have reached the provider: its outcome is unknown
+                // (retried under the same key only where the vendor honours one).
+                Attempt::Retry {
+                    status: None,
+                    class,
+                    retry_after: None,
+                }
+            }
+        }
+    }
+
+    /// Reads a bounded amount of the answer (so the connection can be reused) and lets the
+    /// profile judge it. The body is never kept or logged: it may echo personal data.
+    async fn read(&self, mut resp: reqwest::Response) -> Attempt {
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let mut body = Vec::new();
+        while body.len() < MAX_BODY_BYTES {
+            match resp.chunk().await {
+                Ok(Some(c)) => {
+                    body.extend_from_slice(&c[..c.len().min(MAX_BODY_BYTES - body.len())])
+                }
+                _ => break,
+            }
+        }
+        self.profile.read(&Answer {
+            status,
+            headers: &headers,
+            body: &body,
+            now: SystemTime::now(),
+        })
+    }
+}

@@ -1,0 +1,80 @@
+//! `MAIL_PROVIDER=postmark`: `POST {base}/email/withTemplate` (base
+//! `https://api.postmarkapp.com`), as the `postmark` SDK sends it: `X-Postmark-Server-Token`,
+//! `TemplateAlias` (or `TemplateId` when the template is a number), `TemplateModel`, our
+//! metadata in `Metadata` (echoed verbatim in every webhook) and the campaign as the `Tag`, on
+//! the `POSTMARK_MESSAGE_STREAM` (default `broadcast`: marketing mail must not go out on the
+//! transactional stream). No idempotency key.
+//!
+//! | answer | means |
+//! |---|---|
+//! | 200 | sent, id from `MessageID` |
+//! | 422, ErrorCode 406 | the recipient is inactive at Postmark: row `suppressed`, address listed |
+//! | 422, ErrorCode 10, 400, 401, 405, 412, 413 | account refused (token, sender signature, account state) |
+//! | 401 | account refused (bad or missing server token) |
+//! | 429 | throttled |
+//! | 500, 503 (ErrorCode 100: maintenance) | retried |
+//! | other 4xx | rejected (permanent) |
+
+use std::time::SystemTime;
+
+use serde_json::{json, Value};
+
+use super::answer;
+use super::profile::{Answer, Body, BuildError, Mail, Outgoing, Profile};
+use crate::config::Secret;
+use crate::outcome::{Attempt, Refusal};
+
+pub const BASE: &str = "https://api.postmarkapp.com";
+
+/// ErrorCodes of a 422 that are about the account or its sender, not the recipient.
+const ACCOUNT_CODES: [i64; 6] = [10, 400, 401, 405, 412, 413];
+/// "You tried to send to a recipient that has been marked as inactive."
+const INACTIVE_RECIPIENT: i64 = 406;
+
+pub struct Postmark {
+    pub server_token: Secret,
+    pub message_stream: String,
+}
+
+impl Profile for Postmark {
+    fn idempotent(&self) -> bool {
+        false
+    }
+
+    fn request(&self, mail: &Mail<'_>, _now: SystemTime) -> Result<Outgoing, BuildError> {
+        let mut body = json!({
+            "From": mail.from.unwrap_or_default(),
+            "To": mail.to,
+            "TemplateModel": mail.data_object(),
+            "Tag": mail.campaign_id,
+            "Metadata": {"campaign_id": mail.campaign_id, "member_id": mail.member()},
+            "MessageStream": self.message_stream,
+        });
+        match mail.template.parse::<i64>() {
+            Ok(id) => body["TemplateId"] = json!(id),
+            Err(_) => body["TemplateAlias"] = json!(mail.template),
+        }
+        if let Some(r) = mail.reply_to {
+            body["ReplyTo"] = json!(r);
+        }
+        Ok(Outgoing::new("/email/withTemplate", Body::json(&body))
+            .header("Accept", "application/json")
+            .header("X-Postmark-Server-Token", self.server_token.expose()))
+    }
+
+    fn read(&self, a: &Answer<'_>) -> Attempt {
+        let body = a.json();
+        let code = body
+            .as_ref()
+            .and_then(|b| b.get("ErrorCode"))
+            .and_then(Value::as_i64);
+        match (a.status, code) {
+            (200..=299, _) => {
+                answer::sent_with_id(a, answer::text(&body, "MessageID").map(str::to_string))
+            }
+            (422, Some(INACTIVE_RECIPIENT)) => Attempt::Suppressed { status: a.status },
+            (422, Some(c)) if ACCOUNT_CODES.contains(&c) => answer::refused(a, Refusal::Account),
+            _ => answer::generic(a),
+        }
+    }
+}

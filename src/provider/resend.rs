@@ -1,0 +1,83 @@
+//! `MAIL_PROVIDER=resend`: `POST {base}/emails` (base `https://api.resend.com`) as the `resend`
+//! SDK sends it: `Authorization: Bearer {MAIL_API_KEY}`, a published template by id or alias
+//! with its `variables`, our metadata as the tags `campaign_id` and `member_id` (charset
+//! `[A-Za-z0-9_-]`, checked at start), and `Idempotency-Key: {campaign_id}:{member_id}`: the
+//! only one of the five vendors with a key (24 h), so the only one whose unknown outcomes are
+//! sent again within `IDEMPOTENCY_WINDOW_S`.
+//!
+//! | answer | means |
+//! |---|---|
+//! | 200 | sent, id from `id` |
+//! | 429 `rate_limit_exceeded` | throttled (`retry-after`, else `ratelimit-reset`, seconds) |
+//! | 429 `daily_quota_exceeded`, `monthly_quota_exceeded` | the account's quota: the fleet stops |
+//! | 401, 403 (missing, invalid, restricted or suspended key; unverified domain) | account refused |
+//! | 409 `concurrent_idempotent_requests` | the same key is in flight: retried later |
+//! | 409 `invalid_idempotent_request`, other 4xx | rejected (permanent) |
+//! | 404, 405 | endpoint refused |
+//! | 5xx | retried |
+
+use std::time::SystemTime;
+
+use serde_json::json;
+
+use super::answer;
+use super::profile::{Answer, Body, BuildError, Mail, Outgoing, Profile};
+use super::{idempotency_key, tag_safe};
+use crate::config::Secret;
+use crate::outcome::{Attempt, ErrorClass};
+
+pub const BASE: &str = "https://api.resend.com";
+
+pub struct Resend {
+    pub api_key: Secret,
+}
+
+impl Profile for Resend {
+    fn idempotent(&self) -> bool {
+        true
+    }
+
+    fn campaign_id_problem(&self, campaign_id: &str) -> Option<String> {
+        tag_safe(campaign_id)
+    }
+
+    fn request(&self, mail: &Mail<'_>, _now: SystemTime) -> Result<Outgoing, BuildError> {
+        let mut body = json!({
+            "from": mail.from.unwrap_or_default(),
+            "to": mail.to,
+            "tags": [
+                {"name": "campaign_id", "value": mail.campaign_id},
+                {"name": "member_id", "value": mail.member()},
+            ],
+            "template": {"id": mail.template, "variables": mail.data_object()},
+        });
+        if let Some(r) = mail.reply_to {
+            body["reply_to"] = json!(r);
+        }
+        Ok(Outgoing::new("/emails", Body::json(&body))
+            .header("Authorization", format!("Bearer {}", self.api_key.expose()))
+            .header(
+                "Idempotency-Key",
+                idempotency_key(mail.campaign_id, mail.member_id),
+            ))
+    }
+
+    fn read(&self, a: &Answer<'_>) -> Attempt {
+        let body = a.json();
+        let name = answer::text(&body, "name").unwrap_or_default();
+        let wait = answer::retry_after(a).or_else(|| answer::delta_seconds(a, "ratelimit-reset"));
+        match (a.status, name) {
+            (200..=299, _) => {
+                answer::sent_with_id(a, answer::text(&body, "id").map(str::to_string))
+            }
+            (429, "daily_quota_exceeded" | "monthly_quota_exceeded") => answer::quota(a, wait),
+            (429, _) => answer::throttled(a, wait),
+            (409, "concurrent_idempotent_requests") => Attempt::Retry {
+                status: Some(a.status),
+                class: ErrorClass::ServerError,
+                retry_after: wait,
+            },
+            _ => answer::generic(a),
+        }
+    }
+}

@@ -1,0 +1,86 @@
+//! `MAIL_PROVIDER=sendgrid`: v3 Mail Send, as `@sendgrid/mail` sends it.
+//! `POST {base}/v3/mail/send` (base `https://api.sendgrid.com`; EU subusers
+//! `https://api.eu.sendgrid.com`), `Authorization: Bearer {MAIL_API_KEY}`, a dynamic template
+//! (`template_id`, `personalizations[0].dynamic_template_data`), our metadata as `custom_args`
+//! (string values; echoed as top-level keys of every event) and the campaign as a category.
+//! No idempotency key. The message id comes in the `X-Message-Id` header of the 202.
+//!
+//! | answer | means |
+//! |---|---|
+//! | 2xx | sent, id from `X-Message-Id` |
+//! | 429 | throttled until `X-RateLimit-Reset` (epoch seconds) |
+//! | 401 "Maximum credits exceeded" | the plan's quota: the fleet stops |
+//! | 401, 403 (key revoked, no send scope, unverified sender, temporary block) | account refused |
+//! | 404, 405 | endpoint refused (`MAIL_URL`) |
+//! | other 4xx | rejected (permanent) |
+//! | 5xx | retried |
+
+use std::time::SystemTime;
+
+use serde_json::{json, Value};
+
+use super::answer;
+use super::profile::{split_address, Answer, Body, BuildError, Mail, Outgoing, Profile};
+use crate::config::Secret;
+use crate::outcome::Attempt;
+
+pub const BASE: &str = "https://api.sendgrid.com";
+
+pub struct SendGrid {
+    pub api_key: Secret,
+}
+
+fn address(a: &str) -> Value {
+    match split_address(a) {
+        (Some(name), email) => json!({"email": email, "name": name}),
+        (None, email) => json!({"email": email}),
+    }
+}
+
+impl Profile for SendGrid {
+    fn idempotent(&self) -> bool {
+        false
+    }
+
+    fn request(&self, mail: &Mail<'_>, _now: SystemTime) -> Result<Outgoing, BuildError> {
+        let mut body = json!({
+            "from": address(mail.from.unwrap_or_default()),
+            "personalizations": [{
+                "to": [{"email": mail.to}],
+                "dynamic_template_data": mail.data_object(),
+            }],
+            "categories": [format!("campaign-{}", mail.campaign_id)],
+            "custom_args": {"campaign_id": mail.campaign_id, "member_id": mail.member()},
+            "template_id": mail.template,
+        });
+        if let Some(r) = mail.reply_to {
+            body["reply_to"] = address(r);
+        }
+        Ok(Outgoing::new("/v3/mail/send", Body::json(&body))
+            .header("Accept", "application/json")
+            .header("Authorization", format!("Bearer {}", self.api_key.expose())))
+    }
+
+    fn read(&self, a: &Answer<'_>) -> Attempt {
+        match a.status {
+            200..=299 => answer::sent_with_id(a, a.header("x-message-id").map(str::to_string)),
+            429 => answer::throttled(
+                a,
+                answer::retry_after(a).or_else(|| answer::until_epoch(a, "x-ratelimit-reset")),
+            ),
+            401 if message_has(a, "maximum credits exceeded") => answer::quota(a, None),
+            _ => answer::generic(a),
+        }
+    }
+}
+
+/// Whether one of `{"errors":[{"message"}]}` contains `needle` (lower case).
+fn message_has(a: &Answer<'_>, needle: &str) -> bool {
+    a.json()
+        .and_then(|b| b.get("errors").cloned())
+        .and_then(|e| e.as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|e| e.get("message").and_then(Value::as_str))
+        .any(|m| m.to_ascii_lowercase().contains(needle))
+}

@@ -1,0 +1,199 @@
+//! `MAIL_PROVIDER=ses`: Amazon SES v2 `SendEmail`, `POST {base}/v2/email/outbound-emails`
+//! (base `https://email.{AWS_REGION}.amazonaws.com`), as `@aws-sdk/client-sesv2` sends it: a
+//! stored template (`Content.Template.TemplateName`, or `TemplateArn` for an ARN) with its
+//! `TemplateData` as a JSON **string**, our metadata as the `EmailTags` `campaign_id` and
+//! `member_id` (charset `[A-Za-z0-9_-]`, checked at start; echoed as `mail.tags` in the
+//! configuration set's events) and `SES_CONFIGURATION_SET`. Signed with SigV4 (service `ses`)
+//! by `aws-sigv4` over the exact bytes sent. No idempotency key.
+//!
+//! | answer (`X-Amzn-ErrorType`, else the body's `__type` / `code`) | means |
+//! |---|---|
+//! | 200 | sent, id from `MessageId` |
+//! | 429 `TooManyRequestsException` "Maximum sending rate exceeded" | throttled |
+//! | 429 `TooManyRequestsException` "Daily message quota exceeded" | the account's quota: the fleet stops |
+//! | 400 `AccountSuspendedException`, `SendingPausedException`, `MailFromDomainNotVerifiedException` | account refused |
+//! | 400 `MessageRejected` "… not verified …" | account refused (the sender identity is not verified) |
+//! | 403 (`InvalidClientTokenId`, `SignatureDoesNotMatch`, `AccessDenied`, …), 401 | account refused |
+//! | 404 `NotFoundException` (template or configuration set missing), 405 | endpoint refused |
+//! | other 4xx | rejected (permanent) |
+//! | 5xx | retried |
+
+use std::time::SystemTime;
+
+use aws_credential_types::Credentials;
+use aws_sigv4::http_request::{sign, SignableBody, SignableRequest, SigningSettings};
+use aws_sigv4::sign::v4;
+use serde_json::{json, Value};
+
+use super::answer;
+use super::profile::{Answer, Body, BuildError, Mail, Outgoing, Profile};
+use super::tag_safe;
+use crate::config::Secret;
+use crate::outcome::{Attempt, Refusal};
+
+pub const PATH: &str = "/v2/email/outbound-emails";
+
+/// The public endpoint of `region`.
+pub fn base(region: &str) -> String {
+    format!("https://email.{region}.amazonaws.com")
+}
+
+/// The static part of the AWS credential chain: `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`
+/// and, for temporary credentials, `AWS_SESSION_TOKEN`.
+#[derive(Clone)]
+pub struct AwsKeys {
+    pub access_key_id: String,
+    pub secret_access_key: Secret,
+    pub session_token: Option<Secret>,
+}
+
+pub struct Ses {
+    pub region: String,
+    /// `host[:port]` of the base URL, as signed (`host` is a signed header).
+    pub host: String,
+    pub keys: AwsKeys,
+    pub configuration_set: Option<String>,
+}
+
+impl Ses {
+    fn body(&self, mail: &Mail<'_>) -> Value {
+        let template = if mail.template.starts_with("arn:") {
+            json!({"TemplateArn": mail.template, "TemplateData": mail.data_object().to_string()})
+        } else {
+            json!({"TemplateName": mail.template, "TemplateData": mail.data_object().to_string()})
+        };
+        let mut body = json!({
+            "Content": {"Template": template},
+            "FromEmailAddress": mail.from.unwrap_or_default(),
+            "Destination": {"ToAddresses": [mail.to]},
+            "EmailTags": [
+                {"Name": "campaign_id", "Value": mail.campaign_id},
+                {"Name": "member_id", "Value": mail.member()},
+            ],
+        });
+        if let Some(set) = &self.configuration_set {
+            body["ConfigurationSetName"] = json!(set);
+        }
+        if let Some(r) = mail.reply_to {
+            body["ReplyToAddresses"] = json!([r]);
+        }
+        body
+    }
+
+    /// The SigV4 headers (`authorization`, `x-amz-date`, `x-amz-security-token`) for a POST of
+    /// `bytes` with `headers` to `PATH` on this host, at `now`.
+    fn signature(
+        &self,
+        headers: &[(&'static str, String)],
+        bytes: &[u8],
+        now: SystemTime,
+    ) -> Result<Vec<(&'static str, String)>, BuildError> {
+        let identity = Credentials::new(
+            &self.keys.access_key_id,
+            self.keys.secret_access_key.expose(),
+            self.keys
+                .session_token
+                .as_ref()
+                .map(|t| t.expose().to_string()),
+            None,
+            "environment",
+        )
+        .into();
+        let params = v4::SigningParams::builder()
+            .identity(&identity)
+            .region(&self.region)
+            .name("ses")
+            .time(now)
+            .settings(SigningSettings::default())
+            .build()
+            .map_err(|_| BuildError::Unsigned)?
+            .into();
+        let url = format!("https://{}{PATH}", self.host);
+        let signable = SignableRequest::new(
+            "POST",
+            &url,
+            headers.iter().map(|(n, v)| (*n, v.as_str())),
+            SignableBody::Bytes(bytes),
+        )
+        .map_err(|_| BuildError::Unsigned)?;
+        let (instructions, _) = sign(signable, &params)
+            .map_err(|_| BuildError::Unsigned)?
+            .into_parts();
+        Ok(instructions
+            .headers()
+            .filter_map(|(n, v)| signed_name(n).map(|n| (n, v.to_string())))
+            .collect())
+    }
+}
+
+/// The headers the signer adds, as static names.
+fn signed_name(name: &str) -> Option<&'static str> {
+    ["authorization", "x-amz-date", "x-amz-security-token"]
+        .into_iter()
+        .find(|n| n.eq_ignore_ascii_case(name))
+}
+
+impl Profile for Ses {
+    fn idempotent(&self) -> bool {
+        false
+    }
+
+    fn campaign_id_problem(&self, campaign_id: &str) -> Option<String> {
+        tag_safe(campaign_id)
+    }
+
+    fn request(&self, mail: &Mail<'_>, now: SystemTime) -> Result<Outgoing, BuildError> {
+        let Body::Json(bytes) = Body::json(&self.body(mail)) else {
+            unreachable!("Body::json is JSON")
+        };
+        let headers = vec![
+            ("content-type", "application/json".to_string()),
+            ("host", self.host.clone()),
+        ];
+        let signed = self.signature(&headers, &bytes, now)?;
+        let mut out = Outgoing::new(PATH, Body::Json(bytes)).header("host", self.host.clone());
+        out.headers.extend(signed);
+        Ok(out)
+    }
+
+    fn read(&self, a: &Answer<'_>) -> Attempt {
+        let body = a.json();
+        let kind = error_type(a, &body);
+        let message = answer::text(&body, "message")
+            .or_else(|| answer::text(&body, "Message"))
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        match (a.status, kind.as_str()) {
+            (200..=299, _) => {
+                answer::sent_with_id(a, answer::text(&body, "MessageId").map(str::to_string))
+            }
+            (_, "TooManyRequestsException") | (429, _)
+                if message.contains("daily message quota") =>
+            {
+                answer::quota(a, None)
+            }
+            (
+                _,
+                "AccountSuspendedException"
+                | "SendingPausedException"
+                | "MailFromDomainNotVerifiedException",
+            ) => answer::refused(a, Refusal::Account),
+            (_, "MessageRejected") if message.contains("not verified") => {
+                answer::refused(a, Refusal::Account)
+            }
+            _ => answer::generic(a),
+        }
+    }
+}
+
+/// The error's type as the SDK reads it: `X-Amzn-ErrorType`, else the body's `code`, else its
+/// `__type`; anything after `:` and before `#` dropped.
+fn error_type(a: &Answer<'_>, body: &Option<Value>) -> String {
+    let raw = a
+        .header("x-amzn-errortype")
+        .or_else(|| answer::text(body, "code"))
+        .or_else(|| answer::text(body, "__type"))
+        .unwrap_or_default();
+    let raw = raw.split(':').next().unwrap_or_default();
+    raw.rsplit('#').next().unwrap_or_default().to_string()
+}

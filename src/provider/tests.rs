@@ -1,0 +1,679 @@
+//! Each profile's request held against what the vendor's own SDK sent for the same mail
+//! (`tests/fixtures/providers/*.jsonl`, recorded by `scripts/capture/run-all.sh`), in meaning:
+//! path, auth, content type, every field; and each profile's answer table, case by case.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use serde_json::{json, Value};
+
+use super::profile::{Answer, Body, Mail, Outgoing, Profile};
+use super::*;
+use crate::config::Secret;
+use crate::outcome::{Attempt, ErrorClass, Refusal};
+
+/// The one mail every capture sent: to Ann.Lee@example.com from news@example.com, template
+/// `spring` (SendGrid `d-spring`), data `{"first_name":"Ann"}`, campaign `c1`, member 42.
+fn mail<'a>(template: &'a str, data: &'a serde_json::Map<String, Value>) -> Mail<'a> {
+    Mail {
+        campaign_id: "c1",
+        member_id: 42,
+        to: "Ann.Lee@example.com",
+        from: Some("news@example.com"),
+        reply_to: None,
+        template,
+        data: Some(data),
+    }
+}
+
+fn data() -> serde_json::Map<String, Value> {
+    json!({"first_name": "Ann"}).as_object().unwrap().clone()
+}
+
+/// The request the SDK sent, from its capture.
+struct Captured {
+    path: String,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Captured {
+    fn load(vendor: &str) -> Self {
+        let path = format!(
+            "{}/tests/fixtures/providers/{vendor}.jsonl",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let rec: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+        Self {
+            path: rec["path"].as_str().unwrap().to_string(),
+            headers: rec["headers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|h| {
+                    (
+                        h[0].as_str().unwrap().to_ascii_lowercase(),
+                        h[1].as_str().unwrap().to_string(),
+                    )
+                })
+                .collect(),
+            body: rec["body"].as_str().unwrap().to_string(),
+        }
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap()
+    }
+
+    /// The multipart parts (name, value), in order.
+    fn parts(&self) -> Vec<(String, String)> {
+        let ct = self.header("content-type").unwrap();
+        let boundary = ct.split("boundary=").nth(1).unwrap();
+        self.body
+            .split(&format!("--{boundary}"))
+            .filter_map(|part| {
+                let name = part.split("name=\"").nth(1)?.split('"').next()?;
+                let value = part.split("\r\n\r\n").nth(1)?.trim_end_matches("\r\n");
+                Some((name.to_string(), value.to_string()))
+            })
+            .collect()
+    }
+}
+
+fn ours(p: &dyn Profile, template: &str) -> Outgoing {
+    let d = data();
+    p.request(&mail(template, &d), SystemTime::now()).unwrap()
+}
+
+fn json_of(out: &Outgoing) -> Value {
+    match &out.body {
+        Body::Json(b) => serde_json::from_slice(b).unwrap(),
+        Body::Form(_) => panic!("not JSON"),
+    }
+}
+
+#[test]
+fn sendgrid_asks_as_its_sdk_does() {
+    let sdk = Captured::load("sendgrid");
+    let p = sendgrid::SendGrid {
+        api_key: Secret::new("SG.test-key"),
+    };
+    let out = ours(&p, "d-spring");
+    assert_eq!(out.path, sdk.path);
+    assert_eq!(
+        out.header_value("Authorization"),
+        sdk.header("authorization")
+    );
+    assert_eq!(json_of(&out), sdk.json());
+    assert!(!p.idempotent());
+    assert_eq!(out.header_value("Idempotency-Key"), None);
+}
+
+#[test]
+fn postmark_asks_as_its_sdk_does() {
+    let sdk = Captured::load("postmark");
+    let p = postmark::Postmark {
+        server_token: Secret::new("server-token"),
+        message_stream: "broadcast".into(),
+    };
+    let out = ours(&p, "spring");
+    assert_eq!(out.path, sdk.path);
+    assert_eq!(
+        out.header_value("X-Postmark-Server-Token"),
+        sdk.header("x-postmark-server-token")
+    );
+    assert_eq!(json_of(&out), sdk.json());
+    let by_id = json_of(&ours(&p, "1234567"));
+    assert_eq!(
+        (by_id["TemplateId"].clone(), by_id.get("TemplateAlias")),
+        (json!(1234567), None)
+    );
+}
+
+#[test]
+fn resend_asks_as_its_sdk_does_with_the_idempotency_key() {
+    let sdk = Captured::load("resend");
+    let p = resend::Resend {
+        api_key: Secret::new("re_test_key"),
+    };
+    let out = ours(&p, "spring");
+    assert_eq!(out.path, sdk.path);
+    assert_eq!(
+        out.header_value("Authorization"),
+        sdk.header("authorization")
+    );
+    assert_eq!(
+        out.header_value("Idempotency-Key"),
+        sdk.header("idempotency-key")
+    );
+    assert_eq!(sdk.header("idempotency-key"), Some("c1:42"));
+    assert_eq!(json_of(&out), sdk.json());
+    assert!(p.idempotent());
+}
+
+#[test]
+fn mailgun_asks_as_its_sdk_does() {
+    let sdk = Captured::load("mailgun");
+    let p = mailgun::Mailgun {
+        api_key: Secret::new("key-test"),
+        domain: "mg.example.com".into(),
+    };
+    let out = ours(&p, "spring");
+    assert_eq!(out.path, sdk.path);
+    assert_eq!(out.basic, Some(("api".into(), "key-test".into())));
+    assert_eq!(sdk.header("authorization"), Some("Basic YXBpOmtleS10ZXN0"));
+    assert!(sdk
+        .header("content-type")
+        .unwrap()
+        .starts_with("multipart/form-data"));
+    let Body::Form(mut form) = out.body else {
+        panic!("Mailgun's SDK sends multipart/form-data")
+    };
+    let mut theirs = sdk.parts();
+    form.sort();
+    theirs.sort();
+    assert_eq!(form, theirs);
+}
+
+#[test]
+fn ses_asks_as_its_sdk_does_and_its_signature_holds_for_an_independent_checker() {
+    let sdk = Captured::load("ses");
+    let p = ses::Ses {
+        region: "us-east-1".into(),
+        host: "127.0.0.1:8025".into(),
+        keys: ses::AwsKeys {
+            access_key_id: "AKIDEXAMPLE".into(),
+            secret_access_key: Secret::new("secret"),
+            session_token: None,
+        },
+        configuration_set: Some("campaign-events".into()),
+    };
+    let out = ours(&p, "spring");
+    assert_eq!(out.path, sdk.path);
+    let Body::Json(bytes) = &out.body else {
+        panic!("SES takes JSON")
+    };
+    let body: Value = serde_json::from_slice(bytes).unwrap();
+    assert_eq!(body, sdk.json());
+    let auth = out.header_value("authorization").unwrap();
+    assert!(
+        auth.starts_with("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/")
+            && auth.contains("/us-east-1/ses/aws4_request"),
+        "{auth}"
+    );
+    assert_eq!(
+        sigv4_checker(&out, bytes),
+        "MATCHES",
+        "scripts/capture/verify_sigv4.py recomputed another signature"
+    );
+    // A changed body no longer matches what was signed.
+    let mut tampered = bytes.clone();
+    tampered[10] ^= 1;
+    assert_eq!(sigv4_checker(&out, &tampered), "DIFFERS");
+}
+
+/// Runs the stdlib-only SigV4 checker (not `aws-sigv4`) over the request as sent.
+fn sigv4_checker(out: &Outgoing, body: &[u8]) -> String {
+    let mut headers: Vec<(String, String)> = out
+        .headers
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.clone()))
+        .collect();
+    headers.push(("content-type".into(), "application/json".into()));
+    let rec = json!({
+        "method": "POST",
+        "url": format!("http://127.0.0.1:8025{}", out.path),
+        "headers": headers,
+        "body": String::from_utf8_lossy(body),
+    });
+    let file = std::env::temp_dir().join(format!(
+        "cs-sigv4-{}-{}.jsonl",
+        std::process::id(),
+        body[10]
+    ));
+    std::fs::write(&file, format!("{rec}\n")).unwrap();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scripts/capture/verify_sigv4.py"
+    );
+    let run = std::process::Command::new("python3")
+        .args([script, file.to_str().unwrap(), "secret"])
+        .output()
+        .expect("python3 runs the independent SigV4 checker");
+    let _ = std::fs::remove_file(&file);
+    let text = String::from_utf8_lossy(&run.stdout).to_string();
+    text.split_whitespace()
+        .nth(1)
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn the_json_contract_is_unchanged_and_carries_the_data() {
+    let p = json::Json {
+        api_key: Some(Secret::new("k")),
+        refusals: crate::outcome::Refusals::default(),
+    };
+    let out = ours(&p, "spring");
+    assert_eq!(out.path, "");
+    assert_eq!(out.header_value("Idempotency-Key"), Some("c1:42"));
+    assert_eq!(out.header_value("Authorization"), Some("Bearer k"));
+    assert_eq!(
+        json_of(&out),
+        json!({"to": "Ann.Lee@example.com", "member_id": 42, "template": "spring", "data": {"first_name": "Ann"}})
+    );
+}
+
+#[test]
+fn a_sender_with_a_name_and_a_reply_to_travel_in_each_vendors_fields() {
+    let d = data();
+    let m = Mail {
+        from: Some("News Team <news@example.com>"),
+        reply_to: Some("help@example.com"),
+        ..mail("spring", &d)
+    };
+    let now = SystemTime::now();
+    let sg = sendgrid::SendGrid {
+        api_key: Secret::new("k"),
+    };
+    let b = json_of(&sg.request(&m, now).unwrap());
+    assert_eq!(
+        b["from"],
+        json!({"email": "news@example.com", "name": "News Team"})
+    );
+    assert_eq!(b["reply_to"], json!({"email": "help@example.com"}));
+    let pm = postmark::Postmark {
+        server_token: Secret::new("k"),
+        message_stream: "broadcast".into(),
+    };
+    let b = json_of(&pm.request(&m, now).unwrap());
+    assert_eq!(
+        (b["From"].as_str(), b["ReplyTo"].as_str()),
+        (
+            Some("News Team <news@example.com>"),
+            Some("help@example.com")
+        )
+    );
+    let rs = resend::Resend {
+        api_key: Secret::new("k"),
+    };
+    assert_eq!(
+        json_of(&rs.request(&m, now).unwrap())["reply_to"],
+        "help@example.com"
+    );
+    let mg = mailgun::Mailgun {
+        api_key: Secret::new("k"),
+        domain: "d".into(),
+    };
+    let Body::Form(f) = mg.request(&m, now).unwrap().body else {
+        panic!()
+    };
+    assert!(f.contains(&("h:Reply-To".into(), "help@example.com".into())));
+}
+
+// ---- answers ----
+
+fn answer_of(
+    p: &dyn Profile,
+    status: u16,
+    headers: &[(&str, &str)],
+    body: &str,
+    now: SystemTime,
+) -> Attempt {
+    let mut map = HeaderMap::new();
+    for (n, v) in headers {
+        map.insert(
+            HeaderName::from_bytes(n.as_bytes()).unwrap(),
+            HeaderValue::from_str(v).unwrap(),
+        );
+    }
+    p.read(&Answer {
+        status,
+        headers: &map,
+        body: body.as_bytes(),
+        now,
+    })
+}
+
+fn sent(status: u16, id: &str) -> Attempt {
+    Attempt::Sent {
+        status,
+        message_id: Some(id.into()),
+    }
+}
+
+fn throttled(status: u16, wait: Option<u64>) -> Attempt {
+    Attempt::Retry {
+        status: Some(status),
+        class: ErrorClass::Throttled,
+        retry_after: wait.map(Duration::from_secs),
+    }
+}
+
+fn refused(status: u16, r: Refusal) -> Attempt {
+    Attempt::Refused { status, refusal: r }
+}
+
+fn rejected(status: u16) -> Attempt {
+    Attempt::Permanent {
+        status: Some(status),
+        class: ErrorClass::Rejected,
+    }
+}
+
+fn server(status: u16) -> Attempt {
+    Attempt::Retry {
+        status: Some(status),
+        class: ErrorClass::ServerError,
+        retry_after: None,
+    }
+}
+
+const NOW_S: u64 = 1_800_000_000;
+
+fn now() -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(NOW_S)
+}
+
+#[test]
+fn sendgrid_answers_are_read_from_its_table() {
+    let p = sendgrid::SendGrid {
+        api_key: Secret::new("k"),
+    };
+    let a = |s, h: &[(&str, &str)], b: &str| answer_of(&p, s, h, b, now());
+    let reset = (NOW_S + 30).to_string();
+    assert_eq!(a(202, &[("x-message-id", "xid-1")], ""), sent(202, "xid-1"));
+    assert_eq!(
+        a(
+            429,
+            &[("x-ratelimit-reset", &reset)],
+            r#"{"errors":[{"field":null,"message":"too many requests"}]}"#
+        ),
+        throttled(429, Some(30))
+    );
+    assert_eq!(
+        a(
+            401,
+            &[],
+            r#"{"errors":[{"message":"Maximum credits exceeded"}]}"#
+        ),
+        Attempt::Quota {
+            status: 401,
+            frees_in: None
+        }
+    );
+    let revoked = r#"{"errors":[{"message":"The provided authorization grant is invalid, expired, or revoked"}]}"#;
+    assert_eq!(a(401, &[], revoked), refused(401, Refusal::Account));
+    assert_eq!(
+        a(
+            403,
+            &[],
+            r#"{"errors":[{"message":"The from address does not match a verified Sender Identity"}]}"#
+        ),
+        refused(403, Refusal::Account)
+    );
+    assert_eq!(a(404, &[], ""), refused(404, Refusal::Endpoint));
+    assert_eq!(
+        a(400, &[], r#"{"errors":[{"message":"bad","field":"x"}]}"#),
+        rejected(400)
+    );
+    assert_eq!(a(503, &[], ""), server(503));
+}
+
+#[test]
+fn postmark_answers_are_read_from_its_table() {
+    let p = postmark::Postmark {
+        server_token: Secret::new("k"),
+        message_stream: "broadcast".into(),
+    };
+    let a = |s, b: &str| answer_of(&p, s, &[], b, now());
+    let ok = r#"{"To":"x","SubmittedAt":"2026-12-06T00:00:00Z","MessageID":"b7bc2f4a-e38e-4336-af7d-e6c392c2f817","ErrorCode":0,"Message":"OK"}"#;
+    assert_eq!(
+        a(200, ok),
+        sent(200, "b7bc2f4a-e38e-4336-af7d-e6c392c2f817")
+    );
+    let inactive = r#"{"ErrorCode":406,"Message":"You tried to send to a recipient that has been marked as inactive."}"#;
+    assert_eq!(a(422, inactive), Attempt::Suppressed { status: 422 });
+    for code in [10, 400, 401, 405, 412, 413] {
+        let body = format!(r#"{{"ErrorCode":{code},"Message":"m"}}"#);
+        assert_eq!(
+            a(422, &body),
+            refused(422, Refusal::Account),
+            "ErrorCode {code}"
+        );
+    }
+    assert_eq!(
+        a(
+            422,
+            r#"{"ErrorCode":300,"Message":"Invalid email request"}"#
+        ),
+        rejected(422)
+    );
+    assert_eq!(
+        a(401, r#"{"ErrorCode":10,"Message":"bad token"}"#),
+        refused(401, Refusal::Account)
+    );
+    assert_eq!(
+        a(429, r#"{"ErrorCode":429,"Message":"Rate Limit Exceeded"}"#),
+        throttled(429, None)
+    );
+    assert_eq!(
+        a(503, r#"{"ErrorCode":100,"Message":"Maintenance"}"#),
+        server(503)
+    );
+}
+
+#[test]
+fn mailgun_answers_are_read_from_its_table() {
+    let p = mailgun::Mailgun {
+        api_key: Secret::new("k"),
+        domain: "mg.example.com".into(),
+    };
+    let a = |s, b: &str| answer_of(&p, s, &[], b, now());
+    let ok = r#"{"id":"<20111114174239.25659.5817@samples.mailgun.org>","message":"Queued. Thank you."}"#;
+    assert_eq!(
+        a(200, ok),
+        sent(200, "20111114174239.25659.5817@samples.mailgun.org")
+    );
+    let in_20s = httpdate::fmt_http_date(now() + Duration::from_secs(20)).replace("GMT", "UTC");
+    let body = format!(
+        r#"{{"message":"Domain mg.example.com is not allowed to send: request limit exceeded, try again after {in_20s}"}}"#
+    );
+    assert_eq!(a(429, &body), throttled(429, Some(20)));
+    let in_5h =
+        httpdate::fmt_http_date(now() + Duration::from_secs(5 * 3600)).replace("GMT", "UTC");
+    let body = format!(
+        r#"{{"message":"Domain mg.example.com is not allowed to send: recipient limit exceeded, try again after {in_5h}"}}"#
+    );
+    assert_eq!(
+        a(429, &body),
+        Attempt::Quota {
+            status: 429,
+            frees_in: Some(Duration::from_secs(5 * 3600))
+        }
+    );
+    let sandbox = r#"{"message":"Domain mg.example.com is not allowed to send: Free accounts are for test purposes only."}"#;
+    assert_eq!(a(400, sandbox), refused(400, Refusal::Account));
+    assert_eq!(a(401, "Forbidden"), refused(401, Refusal::Account));
+    assert_eq!(
+        a(404, r#"{"message":"Domain not found: mg.example.com"}"#),
+        refused(404, Refusal::Endpoint)
+    );
+    assert_eq!(
+        a(400, r#"{"message":"to parameter is not a valid address"}"#),
+        rejected(400)
+    );
+    assert_eq!(a(500, ""), server(500));
+}
+
+#[test]
+fn resend_answers_are_read_from_its_table() {
+    let p = resend::Resend {
+        api_key: Secret::new("k"),
+    };
+    let a = |s, h: &[(&str, &str)], b: &str| answer_of(&p, s, h, b, now());
+    let err =
+        |code: u16, name: &str| format!(r#"{{"statusCode":{code},"message":"m","name":"{name}"}}"#);
+    assert_eq!(
+        a(200, &[], r#"{"id":"49a3999c-0ce1-4ea6-ab68-afcd6dc2e794"}"#),
+        sent(200, "49a3999c-0ce1-4ea6-ab68-afcd6dc2e794")
+    );
+    assert_eq!(
+        a(
+            429,
+            &[("retry-after", "2")],
+            &err(429, "rate_limit_exceeded")
+        ),
+        throttled(429, Some(2))
+    );
+    assert_eq!(
+        a(
+            429,
+            &[("ratelimit-reset", "3")],
+            &err(429, "rate_limit_exceeded")
+        ),
+        throttled(429, Some(3))
+    );
+    for quota in ["daily_quota_exceeded", "monthly_quota_exceeded"] {
+        assert_eq!(
+            a(429, &[("retry-after", "3600")], &err(429, quota)),
+            Attempt::Quota {
+                status: 429,
+                frees_in: Some(Duration::from_secs(3600))
+            },
+            "{quota}"
+        );
+    }
+    for (status, name) in [
+        (401, "missing_api_key"),
+        (403, "invalid_api_key"),
+        (403, "validation_error"),
+    ] {
+        assert_eq!(
+            a(status, &[], &err(status, name)),
+            refused(status, Refusal::Account),
+            "{name}"
+        );
+    }
+    assert_eq!(
+        a(409, &[], &err(409, "concurrent_idempotent_requests")),
+        server(409)
+    );
+    assert_eq!(
+        a(409, &[], &err(409, "invalid_idempotent_request")),
+        rejected(409)
+    );
+    assert_eq!(a(422, &[], &err(422, "invalid_parameter")), rejected(422));
+    assert_eq!(a(500, &[], &err(500, "application_error")), server(500));
+}
+
+#[test]
+fn ses_answers_are_read_from_its_table() {
+    let p = ses::Ses {
+        region: "us-east-1".into(),
+        host: "email.us-east-1.amazonaws.com".into(),
+        keys: ses::AwsKeys {
+            access_key_id: "AKID".into(),
+            secret_access_key: Secret::new("s"),
+            session_token: None,
+        },
+        configuration_set: None,
+    };
+    let a = |s, h: &[(&str, &str)], b: &str| answer_of(&p, s, h, b, now());
+    let typed = |t: &str| vec![("x-amzn-errortype", t.to_string())];
+    let a2 = |s, t: &str, b: &str| {
+        let h = typed(t);
+        let h: Vec<(&str, &str)> = h.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        a(s, &h, b)
+    };
+    assert_eq!(
+        a(200, &[], r#"{"MessageId":"0100-abc"}"#),
+        sent(200, "0100-abc")
+    );
+    assert_eq!(
+        a2(
+            429,
+            "TooManyRequestsException",
+            r#"{"message":"Maximum sending rate exceeded."}"#
+        ),
+        throttled(429, None)
+    );
+    assert_eq!(
+        a2(
+            429,
+            "TooManyRequestsException:http://internal.amazon.com/coral/",
+            r#"{"message":"Daily message quota exceeded."}"#
+        ),
+        Attempt::Quota {
+            status: 429,
+            frees_in: None
+        }
+    );
+    for t in [
+        "AccountSuspendedException",
+        "SendingPausedException",
+        "MailFromDomainNotVerifiedException",
+    ] {
+        assert_eq!(
+            a2(400, t, r#"{"message":"m"}"#),
+            refused(400, Refusal::Account),
+            "{t}"
+        );
+    }
+    // The type may come only in the body, as moto sends it.
+    assert_eq!(
+        a(
+            400,
+            &[],
+            r#"{"__type":"MessageRejected","Message":"Email address not verified news@example.com"}"#
+        ),
+        refused(400, Refusal::Account)
+    );
+    assert_eq!(
+        a(
+            400,
+            &[],
+            r#"{"__type":"com.amazonaws#MessageRejected","message":"Message contains a virus"}"#
+        ),
+        rejected(400)
+    );
+    assert_eq!(
+        a2(403, "SignatureDoesNotMatch", "{}"),
+        refused(403, Refusal::Account)
+    );
+    assert_eq!(
+        a2(
+            404,
+            "NotFoundException",
+            r#"{"message":"Template spring does not exist"}"#
+        ),
+        refused(404, Refusal::Endpoint)
+    );
+    assert_eq!(a2(400, "BadRequestException", "{}"), rejected(400));
+    assert_eq!(a2(500, "InternalServiceErrorException", "{}"), server(500));
+}
+
+#[test]
+fn only_tag_safe_campaign_ids_travel_to_ses_and_resend() {
+    assert_eq!(tag_safe("spring-sale_2026"), None);
+    for bad in ["spring sale", "c1:42", "café", "", &"x".repeat(257)] {
+        assert!(tag_safe(bad).is_some(), "{bad:?}");
+    }
+    let p = resend::Resend {
+        api_key: Secret::new("k"),
+    };
+    assert!(p.campaign_id_problem("a b").unwrap().contains("\" \""));
+    let j = json::Json {
+        api_key: None,
+        refusals: crate::outcome::Refusals::default(),
+    };
+    assert_eq!(j.campaign_id_problem("a b"), None);
+}

@@ -1,0 +1,365 @@
+//! A worker speaking each real vendor's contract (`MAIL_PROVIDER`), against the fake provider,
+//! which serves every vendor's path and answers in that vendor's words (`src/provider/` has
+//! the tables): what each answer does to the row, the suppression list and the run.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use campaign_sender::config::{FromEnv, RunConfig};
+use serde_json::{json, Value};
+use sqlx::PgPool;
+
+use fake_provider::FakeConfig;
+
+use crate::helpers::*;
+
+/// A stand-in for SendGrid that keeps every request body (the fake keeps no bodies).
+#[derive(Default)]
+struct Recorder {
+    bodies: Mutex<Vec<Value>>,
+}
+
+async fn record(State(r): State<Arc<Recorder>>, body: String) -> Response {
+    let body: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let id = format!(
+        "sg-{}",
+        body["custom_args"]["member_id"].as_str().unwrap_or("")
+    );
+    r.bodies.lock().unwrap().push(body);
+    (StatusCode::ACCEPTED, [("x-message-id", id)]).into_response()
+}
+
+/// Starts the recorder on SendGrid's path; returns its base URL.
+async fn recorder(r: Arc<Recorder>) -> String {
+    let app = Router::new()
+        .route("/v3/mail/send", post(record))
+        .with_state(r);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}")
+}
+
+fn vendor_config(provider: &str, base: &str, extra: &[(&str, &str)]) -> RunConfig {
+    let mut vars: Vec<(String, String)> = [
+        ("CAMPAIGN_ID", CAMPAIGN),
+        ("MAIL_PROVIDER", provider),
+        ("MAIL_URL", base),
+        ("MAIL_API_KEY", "test-key"),
+        ("BACKOFF_BASE_MS", "20"),
+        ("BACKOFF_MAX_MS", "200"),
+        ("CONNECT_TIMEOUT_MS", "1000"),
+        ("READ_TIMEOUT_MS", "1000"),
+        ("LEASE_S", "30"),
+        ("MAIL_RATE_PER_S", "5000"),
+        ("IDLE_POLL_MS", "50"),
+        ("DEADLINE_S", "60"),
+        ("WORKER_ID", "test-worker"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    vars.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    RunConfig::from_vars(vars).unwrap()
+}
+
+async fn configure_sender(pool: &PgPool) {
+    sqlx::query("INSERT INTO campaigns (campaign_id, template, from_address) VALUES ($1, 'spring', 'News <news@example.com>')")
+        .bind(CAMPAIGN)
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+/// The vendors with their `MAIL_PROVIDER` and the settings each needs besides the key.
+const VENDORS: [(&str, &[(&str, &str)]); 5] = [
+    ("sendgrid", &[]),
+    ("postmark", &[]),
+    ("mailgun", &[("MAILGUN_DOMAIN", "mg.example.com")]),
+    ("resend", &[]),
+    (
+        "ses",
+        &[
+            ("AWS_REGION", "us-east-1"),
+            ("AWS_ACCESS_KEY_ID", "test-key"),
+            ("AWS_SECRET_ACCESS_KEY", "secret"),
+        ],
+    ),
+];
+
+/// The fake's base URL (it serves every vendor's path).
+fn base_of(p: &TestProvider) -> String {
+    p.url.trim_end_matches("/v1/send").to_string()
+}
+
+async fn reset(pool: &PgPool, n: i64) {
+    sqlx::query("DELETE FROM campaign_targets")
+        .execute(pool)
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM suppressions")
+        .execute(pool)
+        .await
+        .unwrap();
+    seed(pool, CAMPAIGN, n).await;
+}
+
+#[sqlx::test]
+async fn every_vendor_drains_through_faults_and_its_own_429s_mailing_nobody_twice(pool: PgPool) {
+    configure_sender(&pool).await;
+    for (vendor, extra) in VENDORS {
+        reset(&pool, 300).await;
+        let p = provider(FakeConfig {
+            faults: true,
+            rate_per_s: Some(400.0),
+            burst: 5,
+            api_key: Some("test-key".into()),
+            ..Default::default()
+        })
+        .await;
+        let mut cfg = vendor_config(vendor, &base_of(&p), extra);
+        cfg.mail_rate_per_s = 1000; // above the fake's limit: its 429s must be read right
+        let report = run_to_end(&pool, cfg).await;
+        let s = p.fake.stats();
+        assert_eq!(report.exit_code, 0, "{vendor}: {report:?}");
+        assert!(
+            s.throttled_429 > 0,
+            "{vendor}: the fake never throttled: {s:?}"
+        );
+        assert_eq!(s.unauthorized, 0, "{vendor}: auth refused: {s:?}");
+        assert_eq!(s.members_delivered_more_than_once, 0, "{vendor}: {s:?}");
+        assert_eq!(s.delivered, 300, "{vendor}: {s:?}");
+        assert_eq!(states(&pool).await.get("sent"), Some(&300), "{vendor}");
+        let ids: i64 = sqlx::query_scalar(
+            "SELECT count(DISTINCT provider_message_id) FROM campaign_targets WHERE campaign_id = $1",
+        )
+        .bind(CAMPAIGN)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert_eq!(
+            ids, 300,
+            "{vendor}: every sent row keeps the vendor's message id"
+        );
+    }
+}
+
+#[sqlx::test]
+async fn an_unknown_outcome_is_sent_again_only_where_the_vendor_has_a_key(pool: PgPool) {
+    configure_sender(&pool).await;
+    for (vendor, extra) in VENDORS {
+        reset(&pool, 20).await;
+        // Every fresh delivery is answered after the client's timeout.
+        let p = provider(FakeConfig {
+            late_per_million: 1_000_000,
+            late_ms: 1500,
+            ..Default::default()
+        })
+        .await;
+        let report = run_to_end(&pool, vendor_config(vendor, &base_of(&p), extra)).await;
+        let s = p.fake.stats();
+        assert_eq!(report.exit_code, 0, "{vendor}: {report:?}");
+        assert_eq!(
+            s.members_delivered_more_than_once, 0,
+            "{vendor}: mailed twice: {s:?}"
+        );
+        let st = states(&pool).await;
+        if vendor == "resend" {
+            // Sent again under the same key: the vendor answers the repeat at once.
+            assert_eq!(st.get("sent"), Some(&20), "{vendor}: {st:?}");
+            assert!(s.duplicates_suppressed >= 20, "{vendor}: {s:?}");
+        } else {
+            assert_eq!(st.get("unconfirmed"), Some(&20), "{vendor}: {st:?}");
+            assert_eq!(
+                s.requests, 20,
+                "{vendor}: an unknown outcome was sent again: {s:?}"
+            );
+        }
+    }
+}
+
+#[sqlx::test]
+async fn a_listed_address_is_suppressed_at_postmark_and_accepted_by_the_others(pool: PgPool) {
+    configure_sender(&pool).await;
+    for (vendor, extra) in VENDORS {
+        reset(&pool, 10).await;
+        let p = provider(FakeConfig::default()).await;
+        p.fake.suppress([fake_provider::Suppression {
+            email: "member7@example.com".into(),
+            reason: "hard_bounce".into(),
+        }]);
+        let report = run_to_end(&pool, vendor_config(vendor, &base_of(&p), extra)).await;
+        assert_eq!(
+            (report.exit_code, report.stats.failed),
+            (0, 0),
+            "{vendor}: {report:?}"
+        );
+        let listed: Option<String> = sqlx::query_scalar(
+            "SELECT reason FROM suppressions WHERE email = 'member7@example.com'",
+        )
+        .fetch_optional(&pool)
+        .await
+        .unwrap();
+        if vendor == "postmark" {
+            // Refused at send (422, ErrorCode 406): suppressed and listed, not failed.
+            assert_eq!(state_of(&pool, 7).await.0, "suppressed");
+            assert_eq!(listed.as_deref(), Some("inactive"));
+        } else {
+            // Accepted and dropped by the vendor: only its events can tell (not a failure).
+            assert_eq!(state_of(&pool, 7).await.0, "sent", "{vendor}");
+            assert_eq!(listed, None, "{vendor}");
+        }
+    }
+}
+
+#[sqlx::test]
+async fn a_refused_account_stops_every_vendors_run_without_failing_a_row(pool: PgPool) {
+    configure_sender(&pool).await;
+    for (vendor, extra) in VENDORS {
+        reset(&pool, 50).await;
+        sqlx::query("DELETE FROM rate_limits")
+            .execute(&pool)
+            .await
+            .unwrap();
+        let p = provider(FakeConfig::default()).await;
+        p.fake.set_chaos(fake_provider::ChaosRequest {
+            kind: fake_provider::ChaosKind::Refuse,
+            seconds: 60.0,
+            ..Default::default()
+        });
+        let report = run_to_end(&pool, vendor_config(vendor, &base_of(&p), extra)).await;
+        assert_eq!(
+            (report.reason, report.stats.failed),
+            (campaign_sender::report::StopReason::AccountRefused, 0),
+            "{vendor}: {report:?}"
+        );
+        assert_eq!(states(&pool).await.get("failed"), None, "{vendor}");
+    }
+}
+
+#[sqlx::test]
+async fn the_csvs_extra_columns_reach_the_vendor_as_template_data(pool: PgPool) {
+    let db = operator_url(&pool).await;
+    let import = |name: &str, text: &str| {
+        let path = temp_path(name);
+        std::fs::write(&path, text).unwrap();
+        let child = spawn_sender(
+            &["import", "--campaign", CAMPAIGN, path.to_str().unwrap()],
+            &db,
+            &[],
+        );
+        async move {
+            let r = finish(child, Duration::from_secs(60)).await;
+            let _ = std::fs::remove_file(&path);
+            r
+        }
+    };
+    // A column name no vendor takes: the file is refused, naming the column, nothing imported.
+    let (code, out, err) = import(
+        "bad.csv",
+        "member_id,email,first name\n1,a1@example.com,Ann\n",
+    )
+    .await;
+    assert_eq!(
+        code,
+        campaign_sender::exit::DATA_ERROR as i32,
+        "{out}\n{err}"
+    );
+    assert!(err.contains("column 3's name"), "{err}");
+    let (code, out, err) = import(
+        "data.csv",
+        "member_id,email,first_name,plan\n1,a1@example.com,Ann,gold\n2,a2@example.com,Bo,\n3,a3@example.com,Cy,silver\n",
+    )
+    .await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        !format!("{out}{err}").contains("Ann"),
+        "a data value was printed"
+    );
+    configure_sender(&pool).await;
+    let r = Arc::new(Recorder::default());
+    let base = recorder(r.clone()).await;
+    let report = run_to_end(&pool, vendor_config("sendgrid", &base, &[])).await;
+    assert_eq!(report.stats.sent, 3, "{report:?}");
+    let bodies = r.bodies.lock().unwrap();
+    let by_member: std::collections::HashMap<&str, &Value> = bodies
+        .iter()
+        .map(|b| {
+            (
+                b["custom_args"]["member_id"].as_str().unwrap(),
+                &b["personalizations"][0]["dynamic_template_data"],
+            )
+        })
+        .collect();
+    assert_eq!(
+        by_member["1"],
+        &json!({"first_name": "Ann", "plan": "gold"})
+    );
+    assert_eq!(by_member["2"], &json!({"first_name": "Bo", "plan": ""}));
+    assert_eq!(
+        by_member["3"],
+        &json!({"first_name": "Cy", "plan": "silver"})
+    );
+    assert!(bodies
+        .iter()
+        .all(|b| b["custom_args"]["campaign_id"] == CAMPAIGN));
+}
+
+#[test]
+fn a_missing_or_wrong_setting_for_the_chosen_vendor_names_its_variable() {
+    let cfg = |vars: &[(&str, &str)]| {
+        RunConfig::from_vars(
+            [("CAMPAIGN_ID", "c1")]
+                .iter()
+                .chain(vars)
+                .map(|(k, v)| (k.to_string(), v.to_string())),
+        )
+    };
+    let var_of = |vars: &[(&str, &str)]| cfg(vars).unwrap_err().var;
+    assert_eq!(var_of(&[("MAIL_PROVIDER", "sendgrid")]), "MAIL_API_KEY");
+    assert_eq!(
+        var_of(&[("MAIL_PROVIDER", "mailgun"), ("MAIL_API_KEY", "k")]),
+        "MAILGUN_DOMAIN"
+    );
+    assert_eq!(var_of(&[("MAIL_PROVIDER", "ses")]), "AWS_REGION");
+    assert_eq!(
+        var_of(&[("MAIL_PROVIDER", "ses"), ("AWS_REGION", "eu-west-1")]),
+        "AWS_ACCESS_KEY_ID"
+    );
+    assert_eq!(var_of(&[("MAIL_PROVIDER", "smtp")]), "MAIL_PROVIDER");
+    assert!(cfg(&[("MAIL_PROVIDER", "smtp")])
+        .unwrap_err()
+        .problem
+        .contains("sendgrid"));
+    assert_eq!(var_of(&[]), "MAIL_URL");
+    let path = cfg(&[
+        ("MAIL_PROVIDER", "resend"),
+        ("MAIL_API_KEY", "k"),
+        ("MAIL_URL", "https://api.resend.com/emails"),
+    ])
+    .unwrap_err();
+    assert_eq!(path.var, "MAIL_URL");
+    assert!(path.problem.contains("base URL"), "{path}");
+    let window = cfg(&[
+        ("MAIL_PROVIDER", "postmark"),
+        ("MAIL_API_KEY", "k"),
+        ("IDEMPOTENCY_WINDOW_S", "86400"),
+    ])
+    .unwrap_err();
+    assert_eq!(window.var, "IDEMPOTENCY_WINDOW_S");
+    let ok = cfg(&[
+        ("MAIL_PROVIDER", "ses"),
+        ("AWS_REGION", "eu-west-1"),
+        ("AWS_ACCESS_KEY_ID", "AKID"),
+        ("AWS_SECRET_ACCESS_KEY", "s"),
+    ])
+    .unwrap();
+    assert_eq!(ok.limit_key(), "email.eu-west-1.amazonaws.com");
+    assert_eq!(ok.resend_within(), Duration::ZERO);
+    assert!(!ok.retry_policy().resend_unknown);
+}
