@@ -64,7 +64,8 @@ GRANT SELECT, INSERT ON suppressions TO campaign_sender_worker;
 GRANT SELECT, INSERT ON rate_limits TO campaign_sender_worker;
 -- Not override_*: a live limit is the operator's (`campaign-sender limit`).
 GRANT UPDATE (limit_key, effective_per_s, paused_until, last_decrease_at, updated_at, refused_at,
-              refused_status, refused_kind, refused_campaign, base_per_s, daily_quota)
+              refused_status, refused_kind, refused_campaign, base_per_s, daily_quota,
+              vendor_quota_until)
     ON rate_limits TO campaign_sender_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON rate_pods TO campaign_sender_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON rate_usage TO campaign_sender_worker;

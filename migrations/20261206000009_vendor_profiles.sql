@@ -16,3 +16,8 @@ ALTER TABLE campaigns
 ALTER TABLE campaign_targets
     ADD COLUMN IF NOT EXISTS data                jsonb,
     ADD COLUMN IF NOT EXISTS provider_message_id text;
+
+-- The vendor's own quota (not its rate, not MAIL_DAILY_QUOTA) is used up: no pod of the key
+-- sends until then (src/rate/coordinator.rs). Set by the first pod that meets it.
+ALTER TABLE rate_limits
+    ADD COLUMN IF NOT EXISTS vendor_quota_until timestamptz;

@@ -8,6 +8,8 @@
 #   src/rate/pacer.rs     the quota and burst, grants that lapse, lowering, pauses, acquiring
 #   src/store/outage.rs   the one database retry rule: the waits, their cap, giving up at the limit
 #   src/exit.rs           the one exit-code rule
+#   src/provider/*        each vendor's request and answer table (not mod.rs: the client, judged
+#                         by the integration suite)
 # (`retrying` and `retrying_if`, the rule applied to a statement, are judged by the integration tests:
 # scripts/mutants-it.sh.) Fails if any mutant survives; a mutant that makes a test hang is cut
 # at --timeout and counted caught (the suite did not pass).
@@ -16,7 +18,9 @@
 # Installs cargo-mutants if it is missing (~3.5 min). Works on a copy of the tree (target/ copied).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-files=(src/outcome.rs src/rate/plan.rs src/rate/pacer.rs src/store/outage.rs src/exit.rs)
+files=(src/outcome.rs src/rate/plan.rs src/rate/pacer.rs src/store/outage.rs src/exit.rs
+  src/provider/answer.rs src/provider/json.rs src/provider/sendgrid.rs src/provider/ses.rs
+  src/provider/postmark.rs src/provider/mailgun.rs src/provider/resend.rs src/provider/profile.rs)
 args=()
 if [ "${1:-}" = --in-diff ]; then
   diff=target/mutants-cargo.diff

@@ -18,11 +18,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${DATABASE_URL:-}" ]; then exec scripts/with-pg.sh "$0" "$@"; fi
 # The files scripts/mutants-cargo.sh judges with the unit tests are left to it.
-unit=(src/outcome.rs src/rate/plan.rs src/rate/pacer.rs src/exit.rs src/main.rs)
+unit=(src/outcome.rs src/rate/plan.rs src/rate/pacer.rs src/exit.rs src/main.rs
+  src/provider/answer.rs src/provider/json.rs src/provider/sendgrid.rs src/provider/ses.rs
+  src/provider/postmark.rs src/provider/mailgun.rs src/provider/resend.rs src/provider/profile.rs
+  src/provider/tests.rs)
 # The safety-critical core.
 core=(src/worker src/store/targets.rs src/store/failed.rs src/store/suppressions.rs
   src/store/archive.rs src/store/campaigns.rs src/store/rate.rs src/store/outage.rs src/store/connect.rs
-  src/rate/coordinator.rs src/provider.rs)
+  src/rate/coordinator.rs src/provider/mod.rs)
 args=(--test-tool=nextest --copy-target=true --timeout "${MUTANTS_TIMEOUT:-300}" --build-timeout 900
   -p campaign-sender -C --test=it)
 if [ "${1:-}" = --in-diff ]; then

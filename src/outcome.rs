@@ -272,7 +272,8 @@ impl Resolution {
             | Resolution::Failed {
                 status: None,
                 class,
-            } => class.outcome_unknown(),
+            }
+            | Resolution::Unconfirmed { class } => class.outcome_unknown(),
             _ => false,
         }
     }

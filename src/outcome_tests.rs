@@ -324,6 +324,8 @@ fn error_classes_and_outcomes_keep_their_stored_and_exported_names() {
         (ErrorClass::Released, "released"),
         (ErrorClass::AccountRefused, "account_refused"),
         (ErrorClass::EndpointRefused, "endpoint_refused"),
+        (ErrorClass::VendorQuota, "vendor_quota"),
+        (ErrorClass::Inactive, "inactive"),
     ];
     for (c, name) in classes {
         assert_eq!(c.as_str(), name);
@@ -370,6 +372,19 @@ fn error_classes_and_outcomes_keep_their_stored_and_exported_names() {
             },
             "deferred",
         ),
+        (Resolution::Suppressed { status: 422 }, "suppressed"),
+        (
+            Resolution::Unconfirmed {
+                class: ErrorClass::Timeout,
+            },
+            "unconfirmed",
+        ),
+        (
+            Resolution::Released {
+                class: ErrorClass::VendorQuota,
+            },
+            "refused",
+        ),
     ];
     for (r, name) in outcomes {
         assert_eq!(r.outcome(), name);
@@ -386,4 +401,72 @@ fn retry_after_accepts_seconds_and_http_dates() {
         Some(Duration::from_secs(120))
     );
     assert_eq!(parse_retry_after("soon", now), None);
+}
+
+#[test]
+fn without_a_key_an_unknown_outcome_is_unconfirmed_at_once_and_an_answer_is_still_retried() {
+    let no_key = RetryPolicy {
+        resend_unknown: false,
+        ..POLICY
+    };
+    for class in [ErrorClass::Timeout, ErrorClass::Transport] {
+        let unknown = Attempt::Retry {
+            status: None,
+            class,
+            retry_after: None,
+        };
+        for attempt_no in [1, POLICY.max_attempts] {
+            let res = resolve(unknown.clone(), attempt_no, &no_key, 0.5);
+            assert_eq!(
+                res,
+                Resolution::Unconfirmed { class },
+                "{class:?} #{attempt_no}"
+            );
+            assert!(res.outcome_unknown());
+        }
+        assert!(matches!(
+            resolve(unknown, 1, &POLICY, 0.5),
+            Resolution::RetryAfter { .. }
+        ));
+    }
+    let answered = Attempt::Retry {
+        status: Some(503),
+        class: ErrorClass::ServerError,
+        retry_after: None,
+    };
+    assert!(matches!(
+        resolve(answered, 1, &no_key, 0.5),
+        Resolution::RetryAfter { .. }
+    ));
+}
+
+#[test]
+fn a_vendors_quota_releases_the_row_and_an_inactive_recipient_is_suppressed() {
+    for attempt_no in [1, POLICY.max_attempts] {
+        let quota = Attempt::Quota {
+            status: 429,
+            frees_in: None,
+        };
+        assert_eq!(
+            resolve(quota, attempt_no, &POLICY, 0.5),
+            Resolution::Released {
+                class: ErrorClass::VendorQuota
+            }
+        );
+        let inactive = Attempt::Suppressed { status: 422 };
+        let res = resolve(inactive, attempt_no, &POLICY, 0.5);
+        assert_eq!(res, Resolution::Suppressed { status: 422 });
+        assert!(!res.outcome_unknown());
+    }
+    let sent = Attempt::Sent {
+        status: 202,
+        message_id: Some("m-1".into()),
+    };
+    assert_eq!(
+        resolve(sent, 1, &POLICY, 0.5),
+        Resolution::Sent {
+            status: 202,
+            message_id: Some("m-1".into())
+        }
+    );
 }

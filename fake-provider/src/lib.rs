@@ -381,6 +381,10 @@ impl FakeProvider {
                 tokio::time::sleep(Duration::from_millis(chaos.stall_ms)).await;
                 None
             }
+            ChaosKind::Quota => {
+                self.with(|i| i.stats.chaos_429 += 1);
+                Some(contract.quota_used_up(chaos.retry_after_s))
+            }
             ChaosKind::Refuse => {
                 self.with(|i| i.stats.chaos_refused += 1);
                 Some(contract.refused(chaos.status))

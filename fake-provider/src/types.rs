@@ -63,6 +63,10 @@ pub enum ChaosKind {
     Stall,
     /// Every request answers `status` (default 401: the API key was revoked or rotated).
     Refuse,
+    /// Every request answers the vendor's "your own quota is used up" (`retry_after_s` until
+    /// it frees, where the vendor says so): SendGrid's credits, SES's daily quota, Mailgun's
+    /// sending limit, Resend's daily quota. Postmark and our contract have none: a 429.
+    Quota,
     /// Back to normal at once.
     Off,
 }

@@ -240,6 +240,36 @@ impl Contract {
         }
     }
 
+    /// The vendor's own quota is used up, freeing in `wait_s` where the vendor says when.
+    pub fn quota_used_up(self, wait_s: u64) -> Response {
+        let status = StatusCode::TOO_MANY_REQUESTS;
+        match self {
+            Contract::Sendgrid => (
+                StatusCode::UNAUTHORIZED,
+                Json(json!({"errors": [{"message": "Maximum credits exceeded", "field": null}]})),
+            )
+                .into_response(),
+            Contract::Ses => (
+                status,
+                [("x-amzn-errortype", "TooManyRequestsException")],
+                Json(json!({"message": "Daily message quota exceeded."})),
+            )
+                .into_response(),
+            Contract::Mailgun => (
+                status,
+                Json(json!({"message": format!("Domain mg.example.com is not allowed to send: recipient limit exceeded, try again after {}", http_date_in(wait_s))})),
+            )
+                .into_response(),
+            Contract::Resend => (
+                status,
+                [("retry-after", wait_s.to_string())],
+                Json(json!({"statusCode": 429, "message": "You have reached your daily email sending quota.", "name": "daily_quota_exceeded"})),
+            )
+                .into_response(),
+            Contract::Json | Contract::Postmark => self.throttled(wait_s, 0),
+        }
+    }
+
     /// A transient failure (503).
     pub fn unavailable(self) -> Response {
         let body = match self {

@@ -161,7 +161,7 @@ async fn work(db: &DbConfig, serve: bool, shutdown: CancellationToken) -> u8 {
     let worker = match Worker::new(cfg, store, outage_limit) {
         Ok(w) => w,
         Err(e) => {
-            error!(error = %e, "cannot build the provider's HTTP client");
+            error!(error = %e, "configuration error; nothing sent");
             return exit::CONFIG;
         }
     };
@@ -178,6 +178,10 @@ async fn work(db: &DbConfig, serve: bool, shutdown: CancellationToken) -> u8 {
             );
             eprintln!("{}", report.human());
             report.exit_code
+        }
+        Err(crate::worker::RunError::Config(e)) => {
+            error!(error = %e, "configuration error; nothing sent");
+            exit::CONFIG
         }
         Err(crate::worker::RunError::Database(limit, e)) => {
             error!(

@@ -26,6 +26,11 @@ impl Profile for Json {
         true
     }
 
+    /// Our contract has no sender field: the relay behind it knows its own.
+    fn needs_sender(&self) -> bool {
+        false
+    }
+
     fn request(&self, mail: &Mail<'_>, _now: SystemTime) -> Result<Outgoing, BuildError> {
         let mut body =
             json!({"to": mail.to, "member_id": mail.member_id, "template": mail.template});

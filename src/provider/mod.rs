@@ -258,6 +258,11 @@ impl Provider {
         self.profile.idempotent()
     }
 
+    /// Whether the vendor needs a sender (`configure --from`): all but our JSON contract.
+    pub fn needs_sender(&self) -> bool {
+        self.profile.needs_sender()
+    }
+
     /// Why the campaign id cannot travel in this vendor's metadata, if it cannot.
     pub fn campaign_id_problem(&self) -> Option<String> {
         self.profile.campaign_id_problem(&self.campaign_id)

@@ -147,6 +147,11 @@ pub trait Profile: Send + Sync + 'static {
     /// may an attempt with an unknown outcome be sent again ([`crate::outcome::RetryPolicy`]).
     fn idempotent(&self) -> bool;
 
+    /// Whether a mail needs a sender (`configure --from`): every vendor's does.
+    fn needs_sender(&self) -> bool {
+        true
+    }
+
     /// Why `campaign_id` cannot travel in this vendor's metadata (its charset), if it cannot:
     /// checked when a worker starts (exit 78), never discovered row by row.
     fn campaign_id_problem(&self, _campaign_id: &str) -> Option<String> {

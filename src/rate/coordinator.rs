@@ -28,7 +28,15 @@ enum Said {
     Throttled(Option<Duration>),
     /// A refusal of the account or the endpoint, with its status.
     Refused(u16, Refusal),
+    /// The vendor's own quota is used up, freeing in this long (`None`: it did not say).
+    VendorQuota(Option<Duration>),
 }
+
+/// How long the fleet waits when the vendor says its quota is used up without saying until
+/// when (SES's daily quota, SendGrid's credits): one probe an hour per pod, not a storm.
+pub const VENDOR_QUOTA_PROBE: Duration = Duration::from_secs(3600);
+/// The longest wait a vendor's quota answer may impose (a month's quota says "next month").
+pub const VENDOR_QUOTA_MAX: Duration = Duration::from_secs(24 * 3600);
 
 /// The key's state as this pod's last round saw it: what stops a pass besides its own work.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -37,8 +45,11 @@ pub struct FleetView {
     pub known: bool,
     /// The key is refused (by this pod's answer or another's) until an operator lifts it.
     pub refused: Option<(u16, Refusal)>,
-    /// The daily quota has nothing left for this pod until usage ages out.
+    /// The daily quota has nothing left for this pod until usage ages out, or the vendor's
+    /// own quota is used up (`vendor_quota`).
     pub quota_full: bool,
+    /// It is the vendor's quota (until it frees), not `MAIL_DAILY_QUOTA`.
+    pub vendor_quota: bool,
 }
 
 /// What the rest of the process tells the coordinator (whether it has work, 429s, refusals)
@@ -62,6 +73,11 @@ impl Signals {
     /// The provider refused the account or the endpoint: record it for the key now.
     pub fn refused(&self, status: u16, refusal: Refusal) {
         let _ = self.said.send(Said::Refused(status, refusal));
+    }
+    /// The vendor's own quota is used up (freeing in `frees_in`, if it said): record it for
+    /// the key now.
+    pub fn vendor_quota(&self, frees_in: Option<Duration>) {
+        let _ = self.said.send(Said::VendorQuota(frees_in));
     }
     /// The key's state as the last round saw it; `changed()` on it wakes on the next change.
     pub fn view(&self) -> watch::Receiver<FleetView> {
@@ -114,6 +130,7 @@ pub struct Coordinator {
 struct Pending {
     throttled: Option<Option<Duration>>,
     refused: Option<(u16, Refusal)>,
+    vendor_quota: Option<Duration>,
 }
 
 impl Pending {
@@ -122,6 +139,10 @@ impl Pending {
             Said::Throttled(ra) => self.throttled = Some(longest(self.throttled, ra)),
             Said::Refused(status, r) => {
                 self.refused.get_or_insert((status, r));
+            }
+            Said::VendorQuota(frees_in) => {
+                let wait = frees_in.unwrap_or(VENDOR_QUOTA_PROBE).min(VENDOR_QUOTA_MAX);
+                self.vendor_quota = Some(self.vendor_quota.map_or(wait, |w| w.max(wait)));
             }
         }
     }
@@ -209,13 +230,13 @@ impl Coordinator {
         self.leave().await;
     }
 
-    /// A refusal this pod saw must reach the key even if the pod stops at once (it does: the
-    /// refusal stops its pass): one last round records it before leaving.
+    /// A refusal or a vendor's quota this pod saw must reach the key even if the pod stops at
+    /// once (it does: either stops its pass): one last round records it before leaving.
     async fn record_last_refusal(&mut self, mine: Option<&PodRow>, mut pending: Pending) {
         while let Ok(said) = self.said.try_recv() {
             pending.add(said);
         }
-        if pending.refused.is_none() {
+        if pending.refused.is_none() && pending.vendor_quota.is_none() {
             return;
         }
         self.busy.store(false, Ordering::Relaxed);
@@ -248,6 +269,7 @@ impl Coordinator {
             }),
             spent: self.pacer.spent(),
             daily_quota: self.s.daily_quota,
+            vendor_quota: pending.vendor_quota,
         }
     }
 
@@ -309,7 +331,8 @@ impl Coordinator {
             let new = FleetView {
                 known: true,
                 refused,
-                quota_full: plan.quota.is_some_and(|q| q.full),
+                quota_full: plan.quota.is_some_and(|q| q.full) || plan.vendor_quota_full,
+                vendor_quota: plan.vendor_quota_full,
             };
             let changed = *v != new;
             *v = new;

@@ -106,6 +106,8 @@ pub struct LimitRow {
     pub base_per_s: Option<f64>,
     /// The pods' `MAIL_DAILY_QUOTA`, for `status`.
     pub daily_quota: Option<i64>,
+    /// The vendor's own quota is used up until then: no pod of the key sends.
+    pub vendor_quota_until: Option<DateTime<Utc>>,
 }
 
 /// What the provider refused, as the pod that saw it reports it.
@@ -131,6 +133,8 @@ pub struct Report {
     pub spent: u64,
     /// `MAIL_DAILY_QUOTA`, if set.
     pub daily_quota: Option<u64>,
+    /// The vendor said its own quota is used up since the last round, freeing in this long.
+    pub vendor_quota: Option<Duration>,
 }
 
 /// The outcome of a round: the pod's new row and the key's new row.
@@ -147,6 +151,8 @@ pub struct Plan {
     pub used_add: i64,
     /// The daily quota's state, if one is set.
     pub quota: Option<quota::Grant>,
+    /// The vendor's own quota is used up (until `limit.vendor_quota_until`).
+    pub vendor_quota_full: bool,
 }
 
 /// AIMD on the key's effective limit at `now`, against `fleet_limit`: a changed limit rescales
@@ -213,6 +219,12 @@ pub fn plan_round(
         l.refused_kind = Some(r.kind.as_str().to_string());
         l.refused_campaign = Some(r.campaign.clone());
     }
+    // The vendor's quota: the latest moment any pod was told it frees.
+    if let Some(frees_in) = report.vendor_quota {
+        let until = now + delta(frees_in);
+        l.vendor_quota_until = Some(l.vendor_quota_until.map_or(until, |u| u.max(until)));
+    }
+    let vendor_quota_full = l.vendor_quota_until.is_some_and(|u| u > now);
     // A refused key sends nothing, whatever its limit.
     let usable = if l.refused_at.is_some() {
         0.0
@@ -288,6 +300,7 @@ pub fn plan_round(
         changed,
         used_add,
         quota,
+        vendor_quota_full,
     }
 }
 

@@ -20,6 +20,7 @@ pub(crate) fn report(weight: f64) -> Report {
         refused: None,
         spent: 0,
         daily_quota: None,
+        vendor_quota: None,
     }
 }
 
@@ -442,4 +443,28 @@ fn a_round_records_the_spending_and_grants_out_of_what_the_quota_has_left() {
     r.spent = 400;
     let p2 = plan_round(t(500), Some(&p1.me), a, &r, &[], &p1.limit, 500);
     assert_eq!((p2.used_add, p2.me.quota_spent), (100, 400));
+}
+
+#[test]
+fn a_vendors_quota_holds_the_key_until_the_latest_moment_any_pod_was_told() {
+    let id = Uuid::new_v4();
+    let told = |ms: u64| Report {
+        vendor_quota: Some(Duration::from_millis(ms)),
+        ..report(1.0)
+    };
+    let p = round(0, None, id, &told(60_000), &[], &limit_row());
+    assert_eq!(p.limit.vendor_quota_until, Some(t(60_000)));
+    assert!(p.vendor_quota_full);
+    // A shorter wait told later keeps the longer one; a longer one extends it.
+    let p = round(5_000, None, id, &told(10_000), &[], &p.limit);
+    assert_eq!(p.limit.vendor_quota_until, Some(t(60_000)));
+    let p = round(5_000, None, id, &told(100_000), &[], &p.limit);
+    assert_eq!(p.limit.vendor_quota_until, Some(t(105_000)));
+    // Rounds that hear nothing keep it, full until that instant and not from it on.
+    let before = round(104_999, None, id, &report(1.0), &[], &p.limit);
+    assert!(before.vendor_quota_full);
+    assert_eq!(before.limit.vendor_quota_until, Some(t(105_000)));
+    let at = round(105_000, None, id, &report(1.0), &[], &p.limit);
+    assert!(!at.vendor_quota_full);
+    assert!(!round(0, None, id, &report(1.0), &[], &limit_row()).vendor_quota_full);
 }

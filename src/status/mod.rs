@@ -42,6 +42,10 @@ pub struct Status {
     pub done: bool,
     pub paused: Option<Pause>,
     pub template: String,
+    /// `configure --from`: the campaign's sender (the company's address, not a member's).
+    pub from: Option<String>,
+    /// `configure --reply-to`.
+    pub reply_to: Option<String>,
     /// `failed` rows allowed before a run stops with exit 2 (and pauses the campaign).
     pub failure_budget: i64,
     /// The share of the campaign the budget is (the settings row's, else the default).
@@ -188,6 +192,8 @@ pub async fn gather(
             .unwrap_or(default_ratio),
         paused: settings.pause,
         template: settings.template,
+        from: settings.from_address,
+        reply_to: settings.reply_to,
         limits,
         failures,
         retrying,
@@ -241,6 +247,8 @@ mod tests {
             done: false,
             paused: None,
             template: "c".into(),
+            from: None,
+            reply_to: None,
             failure_budget: 0,
             failure_ratio: 0.01,
             limits: vec![],
@@ -286,6 +294,8 @@ mod tests {
             done: false,
             paused: None,
             template: "c".into(),
+            from: None,
+            reply_to: None,
             failure_budget: 1,
             failure_ratio: 0.01,
             limits: vec![],

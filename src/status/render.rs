@@ -37,6 +37,12 @@ pub fn one_line(s: &Status) -> String {
     if let Some(r) = s.limits.iter().find_map(|k| k.refused.as_ref()) {
         paused += &format!(", REFUSED: {}", r.advice());
     }
+    if let Some(u) = s.limits.iter().find_map(|k| k.vendor_quota_until) {
+        paused += &format!(
+            ", PROVIDER QUOTA used up until {}",
+            u.format("%Y-%m-%d %H:%M UTC")
+        );
+    }
     let mut extra = String::new();
     if c.unconfirmed > 0 {
         extra += &format!(", {} UNCONFIRMED", c.unconfirmed);
@@ -62,6 +68,23 @@ pub fn render(s: &Status) -> String {
 
 fn render_state(o: &mut String, s: &Status) {
     let _ = writeln!(o, "campaign   {} (template {})", s.campaign_id, s.template);
+    let reply = s
+        .reply_to
+        .as_deref()
+        .map(|r| format!(", reply-to {r}"))
+        .unwrap_or_default();
+    match &s.from {
+        Some(f) => {
+            let _ = writeln!(o, "sender     {f}{reply}");
+        }
+        None => {
+            let _ = writeln!(
+                o,
+                "sender     none (every vendor but MAIL_PROVIDER=json needs one: `campaign-sender configure --campaign {} --from \"Name <addr>\"`)",
+                s.campaign_id
+            );
+        }
+    }
     match &s.paused {
         Some(p) => {
             let why = p
@@ -252,6 +275,13 @@ fn render_limits(o: &mut String, s: &Status) {
                 o,
                 "quota      {} of {} requests in the last 24 h{full}",
                 q.used, q.daily
+            );
+        }
+        if let Some(until) = k.vendor_quota_until {
+            let _ = writeln!(
+                o,
+                "QUOTA      the provider's own sending quota is used up: no pod sends until {} (it frees by itself; runs exit 0, done for now)",
+                until.format("%Y-%m-%d %H:%M UTC")
             );
         }
         for m in &k.members {

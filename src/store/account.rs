@@ -76,13 +76,18 @@ pub struct KeyState {
     pub paused_for_s: Option<f64>,
     pub refused: Option<RefusalState>,
     pub quota: Option<QuotaState>,
+    /// The vendor's own quota is used up until then (no pod of the key sends; it frees by
+    /// itself).
+    pub vendor_quota_until: Option<DateTime<Utc>>,
     pub members: Vec<Member>,
 }
 
 impl KeyState {
-    /// Whether a pass may send at all under this key: not refused, quota not used up.
+    /// Whether a pass may send at all under this key: not refused, neither quota used up.
     pub fn stops(&self) -> bool {
-        self.refused.is_some() || self.quota.as_ref().is_some_and(QuotaState::full)
+        self.refused.is_some()
+            || self.quota.as_ref().is_some_and(QuotaState::full)
+            || self.vendor_quota_until.is_some()
     }
 }
 
@@ -101,6 +106,7 @@ struct KeyRow {
     daily_quota: Option<i64>,
     used: i64,
     oldest_minute: Option<DateTime<Utc>>,
+    vendor_quota_until: Option<DateTime<Utc>>,
 }
 
 // language=PostgreSQL
@@ -111,6 +117,8 @@ const KEY_COLUMNS: &str = r#"
              WHERE p.limit_key = l.limit_key AND p.expires_at > clock_timestamp()) AS configured_per_s,
            l.override_per_s, l.refused_at, l.refused_status, l.refused_kind, l.refused_campaign,
            l.daily_quota,
+           CASE WHEN l.vendor_quota_until > clock_timestamp() THEN l.vendor_quota_until END
+               AS vendor_quota_until,
            (SELECT coalesce(sum(u.attempts), 0) FROM rate_usage u
              WHERE u.limit_key = l.limit_key
                AND u.minute > clock_timestamp() - interval '24 hours 1 minute')::bigint
@@ -144,6 +152,7 @@ async fn state_of(pool: &PgPool, r: KeyRow) -> Result<KeyState, sqlx::Error> {
             used: r.used,
             frees_from: r.oldest_minute.map(|m| m + chrono::Duration::hours(24)),
         }),
+        vendor_quota_until: r.vendor_quota_until,
         key: r.limit_key,
     })
 }

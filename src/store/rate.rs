@@ -36,7 +36,7 @@ pub async fn lock_key(
         ON CONFLICT (limit_key) DO UPDATE SET limit_key = l.limit_key
         RETURNING l.effective_per_s, l.paused_until, l.last_decrease_at, l.updated_at,
                   l.refused_at, l.refused_status, l.refused_kind, l.refused_campaign,
-                  l.override_per_s, l.base_per_s, l.daily_quota,
+                  l.override_per_s, l.base_per_s, l.daily_quota, l.vendor_quota_until,
                   clock_timestamp() AS now
     "#;
     sqlx::query_as(LOCK)
@@ -123,8 +123,8 @@ pub async fn save_pod(
     Ok(())
 }
 
-/// Writes the key's AIMD state, fleet-wide pause, refusal and quota (never the live limit: that
-/// is the operator's).
+/// Writes the key's AIMD state, fleet-wide pause, refusal, quota and the vendor's quota (never
+/// the live limit: that is the operator's).
 ///
 /// Invariant: written under the round's lock, so two pods reporting one 429 storm cut the limit
 /// once, and the first refusal is the one kept.
@@ -138,7 +138,7 @@ pub async fn save_limit(
         UPDATE rate_limits
            SET effective_per_s = $2, paused_until = $3, last_decrease_at = $4, updated_at = $5,
                refused_at = $6, refused_status = $7, refused_kind = $8, refused_campaign = $9,
-               base_per_s = $10, daily_quota = $11
+               base_per_s = $10, daily_quota = $11, vendor_quota_until = $12
          WHERE limit_key = $1
     "#;
     sqlx::query(SAVE)
@@ -153,6 +153,7 @@ pub async fn save_limit(
         .bind(&limit.refused_campaign)
         .bind(limit.base_per_s)
         .bind(limit.daily_quota)
+        .bind(limit.vendor_quota_until)
         .execute(tx)
         .await?;
     Ok(())

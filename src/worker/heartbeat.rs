@@ -133,7 +133,7 @@ impl Pipeline<'_> {
             return Some(StopReason::AccountRefused);
         }
         if v.quota_full {
-            warn!(worker = %self.w.name, "the daily quota (MAIL_DAILY_QUOTA) is used up; stopping until it frees");
+            warn!(worker = %self.w.name, "{}; stopping until it frees", quota_words(v));
             return Some(StopReason::QuotaExhausted);
         }
         None
@@ -156,5 +156,14 @@ impl Pipeline<'_> {
             }
             _ => None,
         }
+    }
+}
+
+/// Which quota stops the key, in an operator's words.
+pub(super) fn quota_words(v: &FleetView) -> &'static str {
+    if v.vendor_quota {
+        "the provider's own sending quota is used up (see `campaign-sender status`)"
+    } else {
+        "the daily quota (MAIL_DAILY_QUOTA) is used up"
     }
 }

@@ -66,6 +66,7 @@ impl Worker {
                 campaigns::settings(self.store.pool(), self.store.campaign_id())
             })
             .await?;
+        self.sendable(&settings)?;
         let p = Pipeline::new(self, settings.letter().into(), cancel, true, i64::MAX);
         let _deadline = p.stop.at(stop_at, StopReason::Deadline);
         let empty = p.drive().await;
@@ -165,6 +166,7 @@ impl Worker {
     ) -> Result<RunReport, RunError> {
         let started = Instant::now();
         let start = self.pass_start().await?;
+        self.sendable(&start.settings)?;
         let report = |reason, counts| {
             RunReport::new(
                 self.name.clone(),
@@ -260,10 +262,26 @@ impl Worker {
             return Some(StopReason::AccountRefused);
         }
         if v.quota_full {
-            warn!(worker = %self.name, "the daily quota (MAIL_DAILY_QUOTA) is used up; nothing sent until it frees");
+            warn!(worker = %self.name, "{}; nothing sent until it frees", super::heartbeat::quota_words(&v));
             return Some(StopReason::QuotaExhausted);
         }
         None
+    }
+
+    /// Whether this vendor can send the campaign as configured: every vendor but our JSON
+    /// contract needs a sender (`configure --from`); without one each mail would be refused.
+    fn sendable(&self, settings: &CampaignSettings) -> Result<(), RunError> {
+        if self.provider.needs_sender() && settings.from_address.is_none() {
+            return Err(RunError::Config(crate::config::ConfigError::new(
+                "CAMPAIGN_ID",
+                format!(
+                    "campaign {} has no sender, which this provider needs: `campaign-sender configure --campaign {} --from \"Name <addr>\"` (a sender the vendor has verified)",
+                    self.store.campaign_id(),
+                    self.store.campaign_id()
+                ),
+            )));
+        }
+        Ok(())
     }
 
     /// The campaign's settings, its size and its failure budget at the start of a pass.

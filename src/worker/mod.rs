@@ -76,6 +76,9 @@ pub enum Step {
 /// An unrecoverable problem for this run (the database stayed away too long).
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
+    /// The campaign cannot be sent through this vendor as configured (exit 78): what to set.
+    #[error("{0}")]
+    Config(ConfigError),
     #[error("database unavailable for more than {:?}; rows this worker held are re-claimed after their lease. Check the database and rerun: {}", .0, error_text(.1))]
     Database(Duration, #[source] sqlx::Error),
 }
@@ -101,10 +104,13 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// A worker for `cfg`'s campaign on `store`. Fails only if the HTTP client cannot be built
-    /// ([`Provider::new`]).
+    /// A worker for `cfg`'s campaign on `store`. Fails if the HTTP client cannot be built
+    /// ([`Provider::new`]) or the campaign id cannot travel in the vendor's metadata.
     pub fn new(cfg: RunConfig, store: Store, outage_limit: Duration) -> Result<Self, ConfigError> {
         let provider = Provider::new(&cfg)?;
+        if let Some(problem) = provider.campaign_id_problem() {
+            return Err(ConfigError::new("CAMPAIGN_ID", problem));
+        }
         let pacer = Pacer::new();
         let (coordinator, signals) = Coordinator::new(
             store.pool().clone(),

@@ -9,8 +9,8 @@
 //! - a refusal of the account or the endpoint stops the pass at once and, through the
 //!   coordinator, every pod of the key; the row is released with its attempt given back;
 //! - the vendor's own quota (not its rate) stops the pass as `MAIL_DAILY_QUOTA` does ("done
-//!   for now", exit 0) and pauses the fleet like a 429 with the vendor's wait, so no pod storms
-//!   the vendor with requests it will refuse; the row is released.
+//!   for now", exit 0) and, through the coordinator, every pod of the key until it frees, so no
+//!   pod storms the vendor with requests it will refuse; the row is released.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -25,6 +25,7 @@ use super::recorder::Recorder;
 use super::shutdown::Stop;
 use crate::outcome::{resolve, unreachable_pause, Attempt, ErrorClass, Resolution, RetryPolicy};
 use crate::provider::{Letter, Provider};
+use crate::rate::coordinator::VENDOR_QUOTA_PROBE;
 use crate::rate::{Pacer, Signals, DEFAULT_PAUSE};
 use crate::report::StopReason;
 use crate::store::ClaimedRow;
@@ -132,8 +133,9 @@ impl SendTask {
 }
 
 impl SendTask {
-    /// The vendor's daily or monthly quota is used up: this pass stops ("done for now") and
-    /// the fleet pauses for the vendor's wait (at most `RETRY_AFTER_MAX_S`), as after a 429.
+    /// The vendor's daily or monthly quota is used up: this pass stops ("done for now") and the
+    /// coordinator records it for every pod of the key until it frees (the vendor's wait, else
+    /// [`VENDOR_QUOTA_PROBE`]), as `MAIL_DAILY_QUOTA` stops them.
     fn on_quota(&self, attempt: &Attempt) {
         if let Attempt::Quota { status, frees_in } = attempt {
             if !self.stop.is_stopped() {
@@ -143,11 +145,9 @@ impl SendTask {
                     "the provider's own sending quota is used up; stopping (done for now), the row is released"
                 );
             }
-            let pause = frees_in.map(|d| d.min(self.policy.retry_after_cap));
             self.pacer
-                .pause_until(Instant::now() + pause.unwrap_or(self.policy.retry_after_cap));
-            self.signals
-                .throttled(Some(pause.unwrap_or(self.policy.retry_after_cap)));
+                .pause_until(Instant::now() + frees_in.unwrap_or(VENDOR_QUOTA_PROBE));
+            self.signals.vendor_quota(*frees_in);
             self.stop.stop(StopReason::QuotaExhausted);
         }
     }

@@ -175,6 +175,14 @@ async fn an_unknown_outcome_is_sent_again_only_where_the_vendor_has_a_key(pool: 
             assert!(s.duplicates_suppressed >= 20, "{vendor}: {s:?}");
         } else {
             assert_eq!(st.get("unconfirmed"), Some(&20), "{vendor}: {st:?}");
+            // Since when, for `status` and `resolve --assume-sent`.
+            let dated: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM campaign_targets WHERE state = 'unconfirmed' AND unknown_since IS NOT NULL",
+            )
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            assert_eq!(dated, 20, "{vendor}");
             assert_eq!(
                 s.requests, 20,
                 "{vendor}: an unknown outcome was sent again: {s:?}"
@@ -362,4 +370,116 @@ fn a_missing_or_wrong_setting_for_the_chosen_vendor_names_its_variable() {
     assert_eq!(ok.limit_key(), "email.eu-west-1.amazonaws.com");
     assert_eq!(ok.resend_within(), Duration::ZERO);
     assert!(!ok.retry_policy().resend_unknown);
+}
+
+#[sqlx::test]
+async fn the_vendors_own_quota_stops_the_fleet_done_for_now_and_status_says_until_when(
+    pool: PgPool,
+) {
+    configure_sender(&pool).await;
+    for (vendor, extra) in VENDORS {
+        if vendor == "postmark" {
+            continue; // Postmark has no sending quota of its own
+        }
+        reset(&pool, 50).await;
+        sqlx::query("DELETE FROM rate_limits")
+            .execute(&pool)
+            .await
+            .unwrap();
+        let p = provider(FakeConfig::default()).await;
+        p.fake.set_chaos(fake_provider::ChaosRequest {
+            kind: fake_provider::ChaosKind::Quota,
+            seconds: 60.0,
+            retry_after_s: 5 * 3600,
+            ..Default::default()
+        });
+        let cfg = vendor_config(vendor, &base_of(&p), extra);
+        let key = cfg.limit_key();
+        let report = run_to_end(&pool, cfg.clone()).await;
+        assert_eq!(
+            (report.reason, report.exit_code, report.stats.failed),
+            (campaign_sender::report::StopReason::QuotaExhausted, 0, 0),
+            "{vendor}: {report:?}"
+        );
+        let requests = p.fake.stats().requests;
+        assert!(
+            requests <= 100,
+            "{vendor}: a retry storm: {requests} requests"
+        );
+        assert_eq!(
+            states(&pool).await.get("pending"),
+            Some(&50),
+            "{vendor}: rows released"
+        );
+        let k = campaign_sender::store::account::key_state(&pool, &key)
+            .await
+            .unwrap()
+            .unwrap();
+        let until = k
+            .vendor_quota_until
+            .expect("the key records the vendor's quota");
+        let left = (until - chrono::Utc::now()).num_seconds();
+        let expected = match vendor {
+            "mailgun" | "resend" => 5 * 3600,
+            _ => 3600, // SES and SendGrid do not say: one probe an hour
+        };
+        assert!(
+            (expected - 120..=expected + 5).contains(&left),
+            "{vendor}: frees in {left} s"
+        );
+        // The next run does not even ask.
+        let again = run_to_end(&pool, cfg).await;
+        assert_eq!(
+            again.reason,
+            campaign_sender::report::StopReason::QuotaExhausted
+        );
+        assert_eq!(
+            p.fake.stats().requests,
+            requests,
+            "{vendor}: the next run sent anyway"
+        );
+    }
+}
+
+#[sqlx::test]
+async fn a_vendor_run_without_a_sender_or_with_an_id_its_tags_refuse_exits_78_sending_nothing(
+    pool: PgPool,
+) {
+    seed(&pool, CAMPAIGN, 5).await;
+    let p = provider(FakeConfig::default()).await;
+    let db = worker_url(&pool).await;
+    let base = base_of(&p);
+    let env = |campaign: &'static str, vendor: &'static str| {
+        vec![
+            ("CAMPAIGN_ID", campaign),
+            ("MAIL_PROVIDER", vendor),
+            ("MAIL_API_KEY", "k"),
+            ("DB_CONNECT_RETRY_S", "2"),
+        ]
+    };
+    let mut no_sender = env(CAMPAIGN, "sendgrid");
+    no_sender.push(("MAIL_URL", &base));
+    let (code, out, err) = finish(
+        spawn_sender(&["run"], &db, &no_sender),
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(code, campaign_sender::exit::CONFIG as i32, "{out}\n{err}");
+    assert!(
+        err.contains("configure --campaign spring-sale --from"),
+        "{err}"
+    );
+    let mut bad_id = env("spring sale", "resend");
+    bad_id.push(("MAIL_URL", &base));
+    let (code, out, err) = finish(
+        spawn_sender(&["run"], &db, &bad_id),
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(code, campaign_sender::exit::CONFIG as i32, "{out}\n{err}");
+    assert!(
+        err.contains("CAMPAIGN_ID") && err.contains("A-Z a-z 0-9 _ -"),
+        "{err}"
+    );
+    assert_eq!(p.fake.stats().requests, 0);
 }
