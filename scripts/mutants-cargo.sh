@@ -20,7 +20,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 files=(src/outcome.rs src/rate/plan.rs src/rate/pacer.rs src/store/outage.rs src/exit.rs
   src/provider/answer.rs src/provider/json.rs src/provider/sendgrid.rs src/provider/ses.rs
-  src/provider/postmark.rs src/provider/mailgun.rs src/provider/resend.rs src/provider/profile.rs)
+  src/provider/postmark.rs src/provider/mailgun.rs src/provider/resend.rs src/provider/profile.rs
+  src/provider/kind.rs)
 args=()
 if [ "${1:-}" = --in-diff ]; then
   diff=target/mutants-cargo.diff

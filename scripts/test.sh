@@ -7,4 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 [ -n "${DATABASE_URL:-}" ] || exec scripts/with-pg.sh scripts/test.sh "$@"
+# moto's SES (tests/it/ses_moto.rs), from PyPI into target/ on first use.
+MOTO_BIN=${MOTO_BIN:-$(scripts/moto.sh)}
+export MOTO_BIN
 cargo test --workspace --locked "$@"

@@ -218,6 +218,47 @@ pub fn provider_args(
     .collect()
 }
 
+/// The workers' provider settings for `MAIL_PROVIDER=provider` against the fake at `base`
+/// (`http://127.0.0.1:PORT`, which serves every vendor's path): `MAIL_URL` and what the profile
+/// needs besides (a key, Mailgun's domain, SES's region and credentials). The fake checks no
+/// key unless told to, so these stand-ins are never real secrets.
+pub fn vendor_env(provider: &str, base: &str) -> anyhow::Result<Vec<(String, String)>> {
+    let base = base.trim_end_matches('/');
+    let mut env: Vec<(&str, String)> = vec![("MAIL_PROVIDER", provider.to_string())];
+    match provider {
+        "json" => env.push(("MAIL_URL", format!("{base}/v1/send"))),
+        "sendgrid" | "postmark" | "mailgun" | "resend" | "ses" => {
+            env.push(("MAIL_URL", base.to_string()));
+            env.push(("MAIL_API_KEY", "loadtest-key".to_string()));
+        }
+        other => anyhow::bail!(
+            "--provider {other}: one of json, sendgrid, ses, postmark, mailgun, resend"
+        ),
+    }
+    match provider {
+        "mailgun" => env.push(("MAILGUN_DOMAIN", "mg.example.com".to_string())),
+        "ses" => env.extend([
+            ("AWS_REGION", "us-east-1".to_string()),
+            ("AWS_ACCESS_KEY_ID", "AKIDLOADTEST".to_string()),
+            ("AWS_SECRET_ACCESS_KEY", "loadtest-secret".to_string()),
+        ]),
+        _ => {}
+    }
+    Ok(env.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+}
+
+/// What a vendor's mail needs of the campaign: a sender (harmless for the JSON contract).
+pub async fn configure_sender(pool: &sqlx::PgPool, campaign: &str) -> anyhow::Result<()> {
+    sqlx::query(
+        "INSERT INTO campaigns (campaign_id, from_address) VALUES ($1, 'Load Test <news@example.com>')
+         ON CONFLICT (campaign_id) DO UPDATE SET from_address = excluded.from_address",
+    )
+    .bind(campaign)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
 /// A fresh database `run_id` on the server of `admin_url`, migrated, with `targets` generated
 /// rows (`member{N}@example.com`) in `campaign`. Returns its URL and a small pool on it.
 pub async fn create_run_db(
@@ -243,6 +284,7 @@ pub async fn create_run_db(
         .await?;
     campaign_sender::store::MIGRATOR.run(&pool).await?;
     insert_targets(&pool, campaign, targets).await?;
+    configure_sender(&pool, campaign).await?;
     Ok((db_url, pool))
 }
 

@@ -60,7 +60,8 @@ pub struct ImportReport {
     pub duplicates: u64,
     /// New rows in `campaign_targets` (state `pending`).
     pub inserted: u64,
-    /// Rows the campaign had already; left exactly as they were.
+    /// Rows the campaign had already (in the work table, or in its archive after `archive`);
+    /// left exactly as they were.
     pub already_present: u64,
     /// Of those, how many have a different address in the file (not applied).
     pub changed_email: u64,

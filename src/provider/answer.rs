@@ -9,18 +9,11 @@ use serde_json::Value;
 use super::profile::Answer;
 use crate::outcome::{classify, parse_retry_after, Attempt, ErrorClass, Refusal, Refusals};
 
-/// The statuses every vendor uses for "not this account" and "not this endpoint".
-pub fn vendor_refusals() -> Refusals {
-    Refusals {
-        account: vec![401, 403],
-        endpoint: vec![404, 405],
-    }
-}
-
-/// The generic table (2xx sent, 429 throttled, 5xx retried, other 4xx permanent; the vendors'
-/// 401/403 the account's, 404/405 the endpoint's), with `Retry-After` read.
+/// The generic table (2xx sent, 429 throttled, 5xx retried, other 4xx permanent; 401/403 the
+/// account's, 404/405 the endpoint's: every vendor's, and the JSON contract's defaults), with
+/// `Retry-After` read.
 pub fn generic(a: &Answer<'_>) -> Attempt {
-    classify(a.status, retry_after(a), &vendor_refusals())
+    classify(a.status, retry_after(a), &Refusals::default())
 }
 
 /// `Retry-After` (delta seconds or an HTTP date).

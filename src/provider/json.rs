@@ -22,10 +22,6 @@ pub struct Json {
 }
 
 impl Profile for Json {
-    fn idempotent(&self) -> bool {
-        true
-    }
-
     /// Our contract has no sender field: the relay behind it knows its own.
     fn needs_sender(&self) -> bool {
         false

@@ -34,10 +34,6 @@ pub struct Mailgun {
 }
 
 impl Profile for Mailgun {
-    fn idempotent(&self) -> bool {
-        false
-    }
-
     fn request(&self, mail: &Mail<'_>, _now: SystemTime) -> Result<Outgoing, BuildError> {
         let mut form = vec![
             (

@@ -10,8 +10,8 @@
 //!   [`resend`]. Adding a vendor is one file, one [`Kind`], the docs.
 //!
 //! Here, what they share: the client (timeouts, TLS), the idempotency key and the rule that
-//! only a vendor honouring one may have an unknown outcome sent again
-//! ([`Profile::idempotent`], [`crate::outcome::RetryPolicy::resend_unknown`]).
+//! only a vendor honouring one may have an unknown outcome sent again ([`Kind::idempotent`],
+//! the one place that says which do; [`crate::outcome::RetryPolicy::resend_unknown`]).
 //!
 //! HTTPS is verified (rustls, the built-in Mozilla roots of webpki-roots plus the CAs of
 //! `MAIL_CA_FILE` if set, names checked); there is deliberately no switch to accept an
@@ -22,6 +22,7 @@
 
 mod answer;
 pub mod json;
+mod kind;
 pub mod mailgun;
 pub mod postmark;
 pub mod profile;
@@ -34,123 +35,14 @@ mod tests;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use serde::{Deserialize, Serialize};
-
 use crate::config::{ConfigError, RunConfig};
 use crate::outcome::{Attempt, ErrorClass};
+pub use kind::{host_of, idempotency_key, tag_safe, Kind, Letter};
 pub use profile::{Answer, Body, BuildError, Mail, Outgoing, Profile};
-
-/// `MAIL_PROVIDER`: which vendor's API the workers speak.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Kind {
-    /// Our own JSON contract (`fake-provider`, an in-house relay): `MAIL_URL` is the whole URL.
-    #[default]
-    Json,
-    Sendgrid,
-    Ses,
-    Postmark,
-    Mailgun,
-    Resend,
-}
-
-impl Kind {
-    pub const ALL: [Kind; 6] = [
-        Kind::Json,
-        Kind::Sendgrid,
-        Kind::Ses,
-        Kind::Postmark,
-        Kind::Mailgun,
-        Kind::Resend,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Json => "json",
-            Kind::Sendgrid => "sendgrid",
-            Kind::Ses => "ses",
-            Kind::Postmark => "postmark",
-            Kind::Mailgun => "mailgun",
-            Kind::Resend => "resend",
-        }
-    }
-
-    /// Whether the vendor honours an idempotency key (the JSON contract and Resend).
-    pub fn idempotent(self) -> bool {
-        matches!(self, Kind::Json | Kind::Resend)
-    }
-
-    /// The vendor's public endpoint, when `MAIL_URL` is not set (SES: in `region`).
-    pub fn default_base(self, region: Option<&str>) -> Option<String> {
-        match self {
-            Kind::Json => None,
-            Kind::Sendgrid => Some(sendgrid::BASE.into()),
-            Kind::Ses => region.map(ses::base),
-            Kind::Postmark => Some(postmark::BASE.into()),
-            Kind::Mailgun => Some(mailgun::BASE.into()),
-            Kind::Resend => Some(resend::BASE.into()),
-        }
-    }
-}
-
-impl std::str::FromStr for Kind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        Kind::ALL
-            .into_iter()
-            .find(|k| k.as_str() == s)
-            .ok_or_else(|| {
-                let all: Vec<&str> = Kind::ALL.iter().map(|k| k.as_str()).collect();
-                format!("is not a provider profile (one of {})", all.join(", "))
-            })
-    }
-}
-
-impl<'de> Deserialize<'de> for Kind {
-    /// Read as text, so a wrong value is refused naming the variable and the choices.
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        s.trim().parse().map_err(|why| {
-            serde::de::Error::custom(format!(
-                "{why} while parsing value provided by MAIL_PROVIDER"
-            ))
-        })
-    }
-}
-
-/// The campaign's part of every mail: its settings row's template, sender and reply-to.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Letter {
-    pub template: String,
-    pub from: Option<String>,
-    pub reply_to: Option<String>,
-}
-
-/// The characters SES and Resend allow in a tag value (`[A-Za-z0-9_-]`, at most 256): why
-/// `value` is not one, if it is not.
-pub fn tag_safe(value: &str) -> Option<String> {
-    if value.is_empty() || value.len() > 256 {
-        return Some("must be 1 to 256 characters to travel as the vendor's tag".into());
-    }
-    value
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
-        .map(|c| {
-            format!(
-                "holds {:?}, which the vendor's tags do not allow (only A-Z a-z 0-9 _ -)",
-                c.escape_default().to_string()
-            )
-        })
-}
 
 /// At most this much of a response body is read (and then dropped): enough to keep the
 /// connection reusable for normal answers, bounded for a hostile one.
 const MAX_BODY_BYTES: usize = 64 * 1024;
-
-/// The idempotency key of one recipient of one campaign. Never includes the attempt.
-pub fn idempotency_key(campaign_id: &str, member_id: i64) -> String {
-    format!("{campaign_id}:{member_id}")
-}
 
 /// The profile `cfg` asks for, with its settings checked: a missing or wrong one is a
 /// [`ConfigError`] naming the variable (exit 78).
@@ -198,15 +90,6 @@ pub fn profile(cfg: &RunConfig) -> Result<Arc<dyn Profile>, ConfigError> {
     })
 }
 
-/// `host[:port]` of a URL, as the `Host` header carries it.
-fn host_of(url: &reqwest::Url) -> String {
-    let host = url.host_str().unwrap_or_default();
-    match url.port() {
-        Some(p) => format!("{host}:{p}"),
-        None => host.to_string(),
-    }
-}
-
 #[derive(Clone)]
 pub struct Provider {
     client: reqwest::Client,
@@ -251,11 +134,6 @@ impl Provider {
             profile: profile(cfg)?,
             campaign_id: cfg.campaign_id.clone(),
         })
-    }
-
-    /// Whether the vendor honours an idempotency key.
-    pub fn idempotent(&self) -> bool {
-        self.profile.idempotent()
     }
 
     /// Whether the vendor needs a sender (`configure --from`): all but our JSON contract.

@@ -37,10 +37,6 @@ pub struct Postmark {
 }
 
 impl Profile for Postmark {
-    fn idempotent(&self) -> bool {
-        false
-    }
-
     fn request(&self, mail: &Mail<'_>, _now: SystemTime) -> Result<Outgoing, BuildError> {
         let mut body = json!({
             "From": mail.from.unwrap_or_default(),

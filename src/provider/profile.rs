@@ -143,10 +143,6 @@ pub enum BuildError {
 /// One vendor: how to ask, how to read the answer. Adding a vendor is one file implementing
 /// this, one [`super::Kind`] variant, and the docs.
 pub trait Profile: Send + Sync + 'static {
-    /// Whether the vendor honours an idempotency key for a repeat of the same mail. Only then
-    /// may an attempt with an unknown outcome be sent again ([`crate::outcome::RetryPolicy`]).
-    fn idempotent(&self) -> bool;
-
     /// Whether a mail needs a sender (`configure --from`): every vendor's does.
     fn needs_sender(&self) -> bool {
         true

@@ -33,10 +33,6 @@ pub struct Resend {
 }
 
 impl Profile for Resend {
-    fn idempotent(&self) -> bool {
-        true
-    }
-
     fn campaign_id_problem(&self, campaign_id: &str) -> Option<String> {
         tag_safe(campaign_id)
     }

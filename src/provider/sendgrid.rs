@@ -38,10 +38,6 @@ fn address(a: &str) -> Value {
 }
 
 impl Profile for SendGrid {
-    fn idempotent(&self) -> bool {
-        false
-    }
-
     fn request(&self, mail: &Mail<'_>, _now: SystemTime) -> Result<Outgoing, BuildError> {
         let mut body = json!({
             "from": address(mail.from.unwrap_or_default()),

@@ -134,10 +134,6 @@ fn signed_name(name: &str) -> Option<&'static str> {
 }
 
 impl Profile for Ses {
-    fn idempotent(&self) -> bool {
-        false
-    }
-
     fn campaign_id_problem(&self, campaign_id: &str) -> Option<String> {
         tag_safe(campaign_id)
     }

@@ -113,7 +113,7 @@ fn sendgrid_asks_as_its_sdk_does() {
         sdk.header("authorization")
     );
     assert_eq!(json_of(&out), sdk.json());
-    assert!(!p.idempotent());
+    assert!(!Kind::Sendgrid.idempotent() && p.needs_sender());
     assert_eq!(out.header_value("Idempotency-Key"), None);
 }
 
@@ -156,7 +156,7 @@ fn resend_asks_as_its_sdk_does_with_the_idempotency_key() {
     );
     assert_eq!(sdk.header("idempotency-key"), Some("c1:42"));
     assert_eq!(json_of(&out), sdk.json());
-    assert!(p.idempotent());
+    assert!(Kind::Resend.idempotent());
 }
 
 #[test]
@@ -264,6 +264,7 @@ fn the_json_contract_is_unchanged_and_carries_the_data() {
     };
     let out = ours(&p, "spring");
     assert_eq!(out.path, "");
+    assert!(Kind::Json.idempotent() && !p.needs_sender());
     assert_eq!(out.header_value("Idempotency-Key"), Some("c1:42"));
     assert_eq!(out.header_value("Authorization"), Some("Bearer k"));
     assert_eq!(
@@ -488,6 +489,12 @@ fn mailgun_answers_are_read_from_its_table() {
         r#"{{"message":"Domain mg.example.com is not allowed to send: request limit exceeded, try again after {in_20s}"}}"#
     );
     assert_eq!(a(429, &body), throttled(429, Some(20)));
+    // Exactly the quota's threshold is still a rate's wait.
+    let at_threshold = httpdate::fmt_http_date(now() + mailgun::QUOTA_WAIT).replace("GMT", "UTC");
+    let body = format!(
+        r#"{{"message":"Domain mg.example.com is not allowed to send: request limit exceeded, try again after {at_threshold}"}}"#
+    );
+    assert_eq!(a(429, &body), throttled(429, Some(600)));
     let in_5h =
         httpdate::fmt_http_date(now() + Duration::from_secs(5 * 3600)).replace("GMT", "UTC");
     let body = format!(
@@ -542,6 +549,17 @@ fn resend_answers_are_read_from_its_table() {
         ),
         throttled(429, Some(3))
     );
+    for nonsense in ["-3", "NaN", "soon"] {
+        assert_eq!(
+            a(
+                429,
+                &[("ratelimit-reset", nonsense)],
+                &err(429, "rate_limit_exceeded")
+            ),
+            throttled(429, None),
+            "{nonsense}"
+        );
+    }
     for quota in ["daily_quota_exceeded", "monthly_quota_exceeded"] {
         assert_eq!(
             a(429, &[("retry-after", "3600")], &err(429, quota)),
@@ -664,6 +682,7 @@ fn ses_answers_are_read_from_its_table() {
 #[test]
 fn only_tag_safe_campaign_ids_travel_to_ses_and_resend() {
     assert_eq!(tag_safe("spring-sale_2026"), None);
+    assert_eq!(tag_safe(&"x".repeat(256)), None);
     for bad in ["spring sale", "c1:42", "café", "", &"x".repeat(257)] {
         assert!(tag_safe(bad).is_some(), "{bad:?}");
     }
@@ -676,4 +695,74 @@ fn only_tag_safe_campaign_ids_travel_to_ses_and_resend() {
         refusals: crate::outcome::Refusals::default(),
     };
     assert_eq!(j.campaign_id_problem("a b"), None);
+}
+
+#[test]
+fn each_kind_has_its_name_its_endpoint_and_says_whether_it_honours_keys() {
+    for k in Kind::ALL {
+        assert_eq!(k.as_str().parse::<Kind>(), Ok(k));
+        assert_eq!(
+            k.idempotent(),
+            matches!(k, Kind::Json | Kind::Resend),
+            "{k:?}"
+        );
+    }
+    assert!("smtp"
+        .parse::<Kind>()
+        .unwrap_err()
+        .contains("sendgrid, ses"));
+    let base = |k: Kind| k.default_base(Some("eu-west-1"));
+    assert_eq!(base(Kind::Json), None);
+    assert_eq!(
+        base(Kind::Sendgrid).as_deref(),
+        Some("https://api.sendgrid.com")
+    );
+    assert_eq!(
+        base(Kind::Ses).as_deref(),
+        Some("https://email.eu-west-1.amazonaws.com")
+    );
+    assert_eq!(Kind::Ses.default_base(None), None);
+    assert_eq!(
+        base(Kind::Postmark).as_deref(),
+        Some("https://api.postmarkapp.com")
+    );
+    assert_eq!(
+        base(Kind::Mailgun).as_deref(),
+        Some("https://api.mailgun.net")
+    );
+    assert_eq!(
+        base(Kind::Resend).as_deref(),
+        Some("https://api.resend.com")
+    );
+    let url = |u: &str| reqwest::Url::parse(u).unwrap();
+    assert_eq!(host_of(&url("http://127.0.0.1:8025/x")), "127.0.0.1:8025");
+    assert_eq!(
+        host_of(&url("https://email.eu-west-1.amazonaws.com")),
+        "email.eu-west-1.amazonaws.com"
+    );
+    assert_eq!(idempotency_key("c1", 42), "c1:42");
+}
+
+#[test]
+fn a_mail_and_a_request_print_neither_the_address_nor_the_data_nor_the_key() {
+    let d = data();
+    let m = mail("spring", &d);
+    let shown = format!("{m:?}");
+    assert!(
+        shown.contains("[personal data]") && shown.contains("member_id: 42"),
+        "{shown}"
+    );
+    assert!(!shown.contains("Ann"), "{shown}");
+    let p = sendgrid::SendGrid {
+        api_key: Secret::new("SG.very-secret"),
+    };
+    let shown = format!("{:?}", p.request(&m, SystemTime::now()).unwrap());
+    assert!(
+        shown.contains("/v3/mail/send") && shown.contains("Authorization"),
+        "{shown}"
+    );
+    assert!(
+        !shown.contains("very-secret") && !shown.contains("Ann"),
+        "{shown}"
+    );
 }

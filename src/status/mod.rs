@@ -127,6 +127,27 @@ pub fn window_status(w: SendWindow, now: DateTime<Utc>, remaining: i64, rate: f6
     }
 }
 
+/// An archived campaign's counts: those taken before its rows moved, plus — once the move is
+/// complete — the rows imported since (members it never had: `import` skips archived ones).
+/// While the move runs, the rows still in the work table are the ones moving.
+fn with_archive(a: &Archived, live: &CampaignCounts) -> CampaignCounts {
+    let since = if a.archived_at.is_some() {
+        live.clone()
+    } else {
+        CampaignCounts::default()
+    };
+    CampaignCounts {
+        total: a.total + since.total,
+        sent: a.sent + since.sent,
+        failed: a.failed + since.failed,
+        pending: since.pending,
+        sending: since.sending,
+        opted_out: a.opted_out + since.opted_out,
+        unconfirmed: a.unconfirmed + since.unconfirmed,
+        suppressed: a.suppressed + since.suppressed,
+    }
+}
+
 /// Reads everything `status` shows. `default_ratio` is `MAX_PERMANENT_FAILURE_RATIO` (the
 /// settings row's ratio wins).
 pub async fn gather(
@@ -139,19 +160,8 @@ pub async fn gather(
     let archived = archive::archived(pool, campaign_id).await?;
     let mut progress = store.progress().await?;
     if let Some(a) = &archived {
-        // Its rows have left (or are leaving) the work table: the counts taken before they
-        // moved are the campaign's.
-        progress.counts = CampaignCounts {
-            total: a.total,
-            sent: a.sent,
-            failed: a.failed,
-            pending: 0,
-            sending: 0,
-            opted_out: a.opted_out,
-            unconfirmed: a.unconfirmed,
-            suppressed: a.suppressed,
-        };
-        progress.last_sent_at = a.last_sent_at;
+        progress.counts = with_archive(a, &progress.counts);
+        progress.last_sent_at = progress.last_sent_at.max(a.last_sent_at);
     }
     let failures = store.reasons(RowState::Failed, TOP_REASONS).await?;
     let retrying = store.reasons(RowState::Pending, TOP_REASONS).await?;

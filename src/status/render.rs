@@ -110,9 +110,14 @@ fn render_state(o: &mut String, s: &Status) {
                     .archived_at
                     .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
                     .unwrap_or_else(|| "in progress (run `archive` again to finish)".into());
+                let later = if s.done {
+                    String::new()
+                } else {
+                    format!("; {} rows imported since are running", s.remaining)
+                };
                 let _ = writeln!(
                     o,
-                    "state      archived {when}; per recipient in campaign_archive"
+                    "state      archived {when}; per recipient in campaign_archive{later}"
                 );
             }
             None => {

@@ -99,8 +99,11 @@ pub async fn drop_repeats(tx: &mut PgConnection) -> Result<(), sqlx::Error> {
 /// - idempotent: a row the campaign already has is left exactly as it is (its state, its
 ///   attempts, its address): a `sent` row is never reset, a running worker's lease never
 ///   disturbed;
-/// - new rows enter as `pending` with their priority and schedule, every other column at its
-///   default;
+/// - a member of the campaign's archive (`campaign_archive`: the campaign was archived, its
+///   rows moved out) is one the campaign has: never queued again, whatever became of it, so
+///   re-importing the same list after `archive` mails nobody twice;
+/// - new rows enter as `pending` with their priority, schedule and template data, every other
+///   column at its default;
 /// - inserted in key order, so the primary-key index is filled sequentially.
 ///
 /// The fast path skips existing rows with an anti-join and inserts plainly (`ON CONFLICT`'s
@@ -115,6 +118,8 @@ pub async fn insert_new(tx: &mut PgConnection, campaign_id: &str) -> Result<u64,
           FROM import_rows i
          WHERE NOT EXISTS (SELECT 1 FROM campaign_targets t
                             WHERE t.campaign_id = $1 AND t.member_id = i.member_id)
+           AND NOT EXISTS (SELECT 1 FROM campaign_archive a
+                            WHERE a.campaign_id = $1 AND a.member_id = i.member_id)
          ORDER BY i.member_id
     "#;
     let mut sp = tx.begin().await?;

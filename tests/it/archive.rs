@@ -131,6 +131,48 @@ async fn an_archived_campaign_leaves_the_work_table_and_status_keeps_its_final_c
 }
 
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn reimporting_after_archive_queues_only_new_members_and_status_counts_both(pool: PgPool) {
+    seed_finished(&pool, DONE, 100).await;
+    let (code, _, err) = archive(&pool, &["--campaign", DONE]).await;
+    assert_eq!(code, 0, "{err}");
+    // The same list again, and three members the campaign never had.
+    let csv: String = (1..=103)
+        .map(|i| format!("{i},member{i}@example.com\n"))
+        .collect();
+    let path = temp_path("reimport.csv");
+    std::fs::write(&path, format!("member_id,email\n{csv}")).unwrap();
+    let url = operator_url(&pool).await;
+    let child = spawn_sender(
+        &["import", "--campaign", DONE, path.to_str().unwrap()],
+        &url,
+        &[],
+    );
+    let (code, out, err) = finish(child, Duration::from_secs(60)).await;
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let queued: Vec<i64> = sqlx::query_scalar(
+        "SELECT member_id FROM campaign_targets WHERE campaign_id = $1 AND state = 'pending' ORDER BY 1",
+    )
+    .bind(DONE)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        queued,
+        [101, 102, 103],
+        "an archived member was queued again"
+    );
+    let status = spawn_sender(&["status", "--campaign", DONE, "--json"], &url, &[]);
+    let (code, out, err) = finish(status, Duration::from_secs(20)).await;
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!(v["counts"]["total"], 103, "{v}");
+    assert_eq!(v["counts"]["pending"], 3, "{v}");
+    assert_eq!(v["counts"]["sent"], expected_outcomes(100)["sent"], "{v}");
+    assert_eq!(v["done"], false);
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn older_than_archives_only_finished_campaigns_unchanged_for_that_long(pool: PgPool) {
     seed_finished(&pool, DONE, 50).await;
     seed_finished(&pool, "recent-sale", 50).await;

@@ -19,6 +19,7 @@ mod rate;
 mod security;
 mod sending;
 mod serve;
+mod ses_moto;
 mod suppress;
 mod tls;
 mod unconfirmed;

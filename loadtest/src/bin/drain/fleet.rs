@@ -86,7 +86,6 @@ impl Fleet {
         let env = [
             ("DATABASE_URL", db_url.to_string()),
             ("CAMPAIGN_ID", CAMPAIGN.to_string()),
-            ("MAIL_URL", format!("{base}/v1/send")),
             ("MAIL_RATE_PER_S", worker_rate(a).to_string()),
             ("SEND_CONCURRENCY", a.send_concurrency.to_string()),
             ("BATCH_SIZE", a.batch_size.to_string()),
@@ -103,6 +102,7 @@ impl Fleet {
                 .iter()
                 .map(|f| ("MAIL_CA_FILE".to_string(), f.display().to_string())),
         )
+        .chain(loadtest::vendor_env(&a.provider, base)?)
         .collect();
         let mut f = Self {
             sender: loadtest::sibling("campaign-sender")?,

@@ -53,6 +53,10 @@ pub struct Args {
     /// standard | none | outage
     #[arg(long, default_value = "standard")]
     faults: String,
+    /// The contract the workers speak (`MAIL_PROVIDER`): json | sendgrid | ses | postmark |
+    /// mailgun | resend. The fake serves them all.
+    #[arg(long, default_value = "json")]
+    provider: String,
     /// MAIL_RATE_PER_S for every worker: the fleet-wide limit they share (default: the
     /// provider's limit; 100000 when it is unlimited).
     #[arg(long)]

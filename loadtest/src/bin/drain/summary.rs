@@ -207,8 +207,9 @@ pub fn report(a: &Args, run: &Run, r: &Results, ceiling: f64, logdir: &Path) -> 
         ("worker logs", logdir.display().to_string()),
     ];
     eprintln!(
-        "\n== drain: {} targets, provider {}/s (burst {}), {}±{} ms, faults {}\n   {}\n",
+        "\n== drain: {} targets, provider {} {}/s (burst {}), {}±{} ms, faults {}\n   {}\n",
         n(a.targets as u64),
+        a.provider,
         a.provider_rate,
         a.burst,
         a.latency_ms,
@@ -261,7 +262,7 @@ fn print_json(
         "workers": a.workers,
         "workers_started": run.codes.len(),
         "events": r.events,
-        "provider": {"rate_per_s": a.provider_rate, "burst": a.burst, "latency_ms": a.latency_ms,
+        "provider": {"contract": a.provider, "rate_per_s": a.provider_rate, "burst": a.burst, "latency_ms": a.latency_ms,
                      "jitter_ms": a.jitter_ms, "faults": a.faults},
         "worker_rate_per_s": super::fleet::worker_rate(a),
         "elapsed_s": (run.elapsed * 10.0).round() / 10.0,

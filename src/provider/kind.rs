@@ -1,0 +1,126 @@
+//! What the client needs to know of a vendor besides its [`super::Profile`], pure: which one
+//! (`MAIL_PROVIDER`, [`Kind`]) and whether it honours idempotency keys, its public endpoint, the
+//! campaign's part of every mail ([`Letter`]), the key, and the tags' charset. Judged by the
+//! unit tests (`scripts/mutants-cargo.sh`).
+
+use serde::{Deserialize, Serialize};
+
+use super::{mailgun, postmark, resend, sendgrid, ses};
+
+/// `MAIL_PROVIDER`: which vendor's API the workers speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// Our own JSON contract (`fake-provider`, an in-house relay): `MAIL_URL` is the whole URL.
+    #[default]
+    Json,
+    Sendgrid,
+    Ses,
+    Postmark,
+    Mailgun,
+    Resend,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 6] = [
+        Kind::Json,
+        Kind::Sendgrid,
+        Kind::Ses,
+        Kind::Postmark,
+        Kind::Mailgun,
+        Kind::Resend,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Json => "json",
+            Kind::Sendgrid => "sendgrid",
+            Kind::Ses => "ses",
+            Kind::Postmark => "postmark",
+            Kind::Mailgun => "mailgun",
+            Kind::Resend => "resend",
+        }
+    }
+
+    /// Whether the vendor honours an idempotency key for a repeat of the same mail (the JSON
+    /// contract and Resend). Only then may an attempt with an unknown outcome be sent again.
+    pub fn idempotent(self) -> bool {
+        matches!(self, Kind::Json | Kind::Resend)
+    }
+
+    /// The vendor's public endpoint, when `MAIL_URL` is not set (SES: in `region`).
+    pub fn default_base(self, region: Option<&str>) -> Option<String> {
+        match self {
+            Kind::Json => None,
+            Kind::Sendgrid => Some(sendgrid::BASE.into()),
+            Kind::Ses => region.map(ses::base),
+            Kind::Postmark => Some(postmark::BASE.into()),
+            Kind::Mailgun => Some(mailgun::BASE.into()),
+            Kind::Resend => Some(resend::BASE.into()),
+        }
+    }
+}
+
+impl std::str::FromStr for Kind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Kind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| {
+                let all: Vec<&str> = Kind::ALL.iter().map(|k| k.as_str()).collect();
+                format!("is not a provider profile (one of {})", all.join(", "))
+            })
+    }
+}
+
+impl<'de> Deserialize<'de> for Kind {
+    /// Read as text, so a wrong value is refused naming the variable and the choices.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.trim().parse().map_err(|why| {
+            serde::de::Error::custom(format!(
+                "{why} while parsing value provided by MAIL_PROVIDER"
+            ))
+        })
+    }
+}
+
+/// The campaign's part of every mail: its settings row's template, sender and reply-to.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Letter {
+    pub template: String,
+    pub from: Option<String>,
+    pub reply_to: Option<String>,
+}
+
+/// The characters SES and Resend allow in a tag value (`[A-Za-z0-9_-]`, at most 256): why
+/// `value` is not one, if it is not.
+pub fn tag_safe(value: &str) -> Option<String> {
+    if value.is_empty() || value.len() > 256 {
+        return Some("must be 1 to 256 characters to travel as the vendor's tag".into());
+    }
+    value
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
+        .map(|c| {
+            format!(
+                "holds {:?}, which the vendor's tags do not allow (only A-Z a-z 0-9 _ -)",
+                c.escape_default().to_string()
+            )
+        })
+}
+
+/// The idempotency key of one recipient of one campaign. Never includes the attempt.
+pub fn idempotency_key(campaign_id: &str, member_id: i64) -> String {
+    format!("{campaign_id}:{member_id}")
+}
+
+/// `host[:port]` of a URL, as the `Host` header carries it.
+pub fn host_of(url: &reqwest::Url) -> String {
+    let host = url.host_str().unwrap_or_default();
+    match url.port() {
+        Some(p) => format!("{host}:{p}"),
+        None => host.to_string(),
+    }
+}
