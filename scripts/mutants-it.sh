@@ -25,7 +25,7 @@ unit=(src/outcome.rs src/rate/plan.rs src/rate/pacer.rs src/exit.rs src/main.rs
 # The safety-critical core.
 core=(src/worker src/store/targets.rs src/store/failed.rs src/store/suppressions.rs
   src/store/archive.rs src/store/campaigns.rs src/store/rate.rs src/store/outage.rs src/store/connect.rs
-  src/rate/coordinator.rs src/provider/mod.rs)
+  src/rate/coordinator.rs src/provider/mod.rs src/provider/aws.rs)
 args=(--test-tool=nextest --copy-target=true --timeout "${MUTANTS_TIMEOUT:-300}" --build-timeout 900
   -p campaign-sender -C --test=it)
 if [ "${1:-}" = --in-diff ]; then

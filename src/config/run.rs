@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{positive, ConfigError, FromEnv, Secret};
 use crate::outcome::{Refusals, RetryPolicy};
+use crate::provider::aws::{Source, WebIdentity};
 use crate::provider::ses::AwsKeys;
 use crate::provider::Kind;
 
@@ -48,6 +49,18 @@ pub struct RunConfig {
     pub aws_secret_access_key: Option<Secret>,
     #[serde(default)]
     pub aws_session_token: Option<Secret>,
+    /// `AWS_ROLE_ARN` and `AWS_WEB_IDENTITY_TOKEN_FILE` (`ses`, when no keys are set): web
+    /// identity federation — the role to assume with the token in that file (GKE → AWS: a
+    /// projected service-account token). `AWS_ROLE_SESSION_NAME` (default
+    /// `campaign-sender-{WORKER_ID}`) and `AWS_ENDPOINT_URL_STS` (default the region's STS).
+    #[serde(default)]
+    pub aws_role_arn: Option<String>,
+    #[serde(default)]
+    pub aws_web_identity_token_file: Option<String>,
+    #[serde(default)]
+    pub aws_role_session_name: Option<String>,
+    #[serde(default)]
+    pub aws_endpoint_url_sts: Option<String>,
     /// `SES_CONFIGURATION_SET` (default unset): the configuration set every SES mail names; its
     /// event destination is what reports bounces, complaints and deliveries back.
     #[serde(default)]
@@ -469,30 +482,62 @@ impl RunConfig {
         Ok(parsed)
     }
 
-    /// The SigV4 credentials (`ses`): `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`, with
-    /// `AWS_SESSION_TOKEN` for temporary ones.
-    pub fn aws_keys(&self) -> Result<AwsKeys, ConfigError> {
-        let missing = |var: &str| {
-            ConfigError::new(
-                var,
-                "is required with MAIL_PROVIDER=ses (the SigV4 credentials; see docs/OPERATIONS.md for GKE)",
-            )
-        };
-        let access_key_id = self
-            .aws_access_key_id
-            .clone()
-            .filter(|k| !k.trim().is_empty())
-            .ok_or_else(|| missing("AWS_ACCESS_KEY_ID"))?;
-        let secret_access_key = self
+    /// The SigV4 credentials (`ses`), as the standard AWS chain finds them: `AWS_ACCESS_KEY_ID`
+    /// and `AWS_SECRET_ACCESS_KEY` (with `AWS_SESSION_TOKEN` for temporary ones) first, else web
+    /// identity (`AWS_ROLE_ARN` and `AWS_WEB_IDENTITY_TOKEN_FILE`).
+    pub fn aws_credentials(&self) -> Result<Source, ConfigError> {
+        let set = |v: &Option<String>| v.clone().filter(|s| !s.trim().is_empty());
+        let secret = self
             .aws_secret_access_key
             .clone()
-            .filter(|k| !k.expose().trim().is_empty())
-            .ok_or_else(|| missing("AWS_SECRET_ACCESS_KEY"))?;
-        Ok(AwsKeys {
-            access_key_id,
-            secret_access_key,
-            session_token: self.aws_session_token.clone(),
-        })
+            .filter(|k| !k.expose().trim().is_empty());
+        match (set(&self.aws_access_key_id), secret) {
+            (Some(access_key_id), Some(secret_access_key)) => {
+                return Ok(Source::Static(AwsKeys {
+                    access_key_id,
+                    secret_access_key,
+                    session_token: self.aws_session_token.clone(),
+                }))
+            }
+            (Some(_), None) => {
+                return Err(ConfigError::new(
+                    "AWS_SECRET_ACCESS_KEY",
+                    "is required with AWS_ACCESS_KEY_ID (MAIL_PROVIDER=ses)",
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(ConfigError::new(
+                    "AWS_ACCESS_KEY_ID",
+                    "is required with AWS_SECRET_ACCESS_KEY (MAIL_PROVIDER=ses)",
+                ))
+            }
+            (None, None) => {}
+        }
+        match (set(&self.aws_role_arn), set(&self.aws_web_identity_token_file)) {
+            (Some(role), Some(file)) => {
+                let region = self.aws_region.clone().unwrap_or_default();
+                let sts = set(&self.aws_endpoint_url_sts)
+                    .unwrap_or_else(|| format!("https://sts.{region}.amazonaws.com"));
+                reqwest::Url::parse(&sts).map_err(|e| {
+                    ConfigError::new("AWS_ENDPOINT_URL_STS", format!("is not a URL: {e}"))
+                })?;
+                let session = set(&self.aws_role_session_name)
+                    .unwrap_or_else(|| format!("campaign-sender-{}", self.worker_name()));
+                Ok(Source::WebIdentity(WebIdentity::new(role, file, session, sts)))
+            }
+            (Some(_), None) => Err(ConfigError::new(
+                "AWS_WEB_IDENTITY_TOKEN_FILE",
+                "is required with AWS_ROLE_ARN (web identity; MAIL_PROVIDER=ses)",
+            )),
+            (None, Some(_)) => Err(ConfigError::new(
+                "AWS_ROLE_ARN",
+                "is required with AWS_WEB_IDENTITY_TOKEN_FILE (web identity; MAIL_PROVIDER=ses)",
+            )),
+            (None, None) => Err(ConfigError::new(
+                "AWS_ACCESS_KEY_ID",
+                "is required with MAIL_PROVIDER=ses, or AWS_ROLE_ARN and AWS_WEB_IDENTITY_TOKEN_FILE for web identity (docs/OPERATIONS.md)",
+            )),
+        }
     }
 
     pub fn worker_name(&self) -> String {

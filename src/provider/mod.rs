@@ -21,6 +21,7 @@
 //! `tls::a_provider_behind_a_private_ca_is_trusted_only_with_mail_ca_file`.
 
 mod answer;
+pub mod aws;
 pub mod json;
 mod kind;
 pub mod mailgun;
@@ -84,7 +85,7 @@ pub fn profile(cfg: &RunConfig) -> Result<Arc<dyn Profile>, ConfigError> {
                 ConfigError::new("AWS_REGION", "is required with MAIL_PROVIDER=ses (e.g. eu-west-1)")
             })?,
             host: host_of(&cfg.mail_base()?),
-            keys: cfg.aws_keys()?,
+            credentials: Arc::new(cfg.aws_credentials()?),
             configuration_set: cfg.ses_configuration_set.clone(),
         }),
     })
@@ -136,6 +137,15 @@ impl Provider {
         })
     }
 
+    /// Ready to sign: fetches the vendor's credentials now if it needs some (SES with web
+    /// identity), so a role that cannot be assumed stops the run at its start (exit 78).
+    pub async fn prepare(&self) -> Result<(), String> {
+        match self.profile.aws_credentials() {
+            Some(creds) => creds.ensure_fresh(&self.client).await,
+            None => Ok(()),
+        }
+    }
+
     /// Whether the vendor needs a sender (`configure --from`): all but our JSON contract.
     pub fn needs_sender(&self) -> bool {
         self.profile.needs_sender()
@@ -184,6 +194,15 @@ impl Provider {
             template: &letter.template,
             data,
         };
+        if let Some(creds) = self.profile.aws_credentials() {
+            if let Err(e) = creds.ensure_fresh(&self.client).await {
+                // No request left: deferred like an unreachable provider, no attempt spent.
+                tracing::warn!(error = %e, "no fresh AWS credentials; the row is deferred");
+                return Attempt::Undelivered {
+                    class: ErrorClass::Connect,
+                };
+            }
+        }
         let out = match self.profile.request(&mail, SystemTime::now()) {
             Ok(out) => out,
             Err(e) => {

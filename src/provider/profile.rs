@@ -143,6 +143,11 @@ pub enum BuildError {
 /// One vendor: how to ask, how to read the answer. Adding a vendor is one file implementing
 /// this, one [`super::Kind`] variant, and the docs.
 pub trait Profile: Send + Sync + 'static {
+    /// The AWS credentials the requests are signed with (SES), to refresh before a send.
+    fn aws_credentials(&self) -> Option<&super::aws::Source> {
+        None
+    }
+
     /// Whether a mail needs a sender (`configure --from`): every vendor's does.
     fn needs_sender(&self) -> bool {
         true

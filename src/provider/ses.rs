@@ -4,7 +4,8 @@
 //! `TemplateData` as a JSON **string**, our metadata as the `EmailTags` `campaign_id` and
 //! `member_id` (charset `[A-Za-z0-9_-]`, checked at start; echoed as `mail.tags` in the
 //! configuration set's events) and `SES_CONFIGURATION_SET`. Signed with SigV4 (service `ses`)
-//! by `aws-sigv4` over the exact bytes sent. No idempotency key.
+//! by `aws-sigv4` over the exact bytes sent, with the keys of [`super::aws`] (the environment's,
+//! or web identity's, refreshed before they expire). No idempotency key.
 //!
 //! | answer (`X-Amzn-ErrorType`, else the body's `__type` / `code`) | means |
 //! |---|---|
@@ -25,7 +26,10 @@ use aws_sigv4::http_request::{sign, SignableBody, SignableRequest, SigningSettin
 use aws_sigv4::sign::v4;
 use serde_json::{json, Value};
 
+use std::sync::Arc;
+
 use super::answer;
+use super::aws::Source;
 use super::profile::{Answer, Body, BuildError, Mail, Outgoing, Profile};
 use super::tag_safe;
 use crate::config::Secret;
@@ -51,7 +55,8 @@ pub struct Ses {
     pub region: String,
     /// `host[:port]` of the base URL, as signed (`host` is a signed header).
     pub host: String,
-    pub keys: AwsKeys,
+    /// The keys to sign with ([`super::aws`]: the environment's, or web identity's).
+    pub credentials: Arc<Source>,
     pub configuration_set: Option<String>,
 }
 
@@ -88,15 +93,13 @@ impl Ses {
         bytes: &[u8],
         now: SystemTime,
     ) -> Result<Vec<(&'static str, String)>, BuildError> {
+        let keys = self.credentials.current(now).ok_or(BuildError::Unsigned)?;
         let identity = Credentials::new(
-            &self.keys.access_key_id,
-            self.keys.secret_access_key.expose(),
-            self.keys
-                .session_token
-                .as_ref()
-                .map(|t| t.expose().to_string()),
+            &keys.access_key_id,
+            keys.secret_access_key.expose(),
+            keys.session_token.as_ref().map(|t| t.expose().to_string()),
             None,
-            "environment",
+            "campaign-sender",
         )
         .into();
         let params = v4::SigningParams::builder()
@@ -136,6 +139,10 @@ fn signed_name(name: &str) -> Option<&'static str> {
 impl Profile for Ses {
     fn campaign_id_problem(&self, campaign_id: &str) -> Option<String> {
         tag_safe(campaign_id)
+    }
+
+    fn aws_credentials(&self) -> Option<&Source> {
+        Some(&self.credentials)
     }
 
     fn request(&self, mail: &Mail<'_>, now: SystemTime) -> Result<Outgoing, BuildError> {

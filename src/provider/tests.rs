@@ -189,11 +189,11 @@ fn ses_asks_as_its_sdk_does_and_its_signature_holds_for_an_independent_checker()
     let p = ses::Ses {
         region: "us-east-1".into(),
         host: "127.0.0.1:8025".into(),
-        keys: ses::AwsKeys {
+        credentials: std::sync::Arc::new(aws::Source::Static(ses::AwsKeys {
             access_key_id: "AKIDEXAMPLE".into(),
             secret_access_key: Secret::new("secret"),
             session_token: None,
-        },
+        })),
         configuration_set: Some("campaign-events".into()),
     };
     let out = ours(&p, "spring");
@@ -598,11 +598,11 @@ fn ses_answers_are_read_from_its_table() {
     let p = ses::Ses {
         region: "us-east-1".into(),
         host: "email.us-east-1.amazonaws.com".into(),
-        keys: ses::AwsKeys {
+        credentials: std::sync::Arc::new(aws::Source::Static(ses::AwsKeys {
             access_key_id: "AKID".into(),
             secret_access_key: Secret::new("s"),
             session_token: None,
-        },
+        })),
         configuration_set: None,
     };
     let a = |s, h: &[(&str, &str)], b: &str| answer_of(&p, s, h, b, now());
@@ -764,5 +764,58 @@ fn a_mail_and_a_request_print_neither_the_address_nor_the_data_nor_the_key() {
     assert!(
         !shown.contains("very-secret") && !shown.contains("Ann"),
         "{shown}"
+    );
+}
+
+const STS_ANSWER: &str = r#"<AssumeRoleWithWebIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/">
+  <AssumeRoleWithWebIdentityResult>
+    <SubjectFromWebIdentityToken>system:serviceaccount:mail:campaign-sender</SubjectFromWebIdentityToken>
+    <Audience>sts.amazonaws.com</Audience>
+    <AssumedRoleUser>
+      <Arn>arn:aws:sts::123456789012:assumed-role/ses-sender/campaign-sender-worker-0</Arn>
+      <AssumedRoleId>AROACLKWSDQRAOEXAMPLE:campaign-sender-worker-0</AssumedRoleId>
+    </AssumedRoleUser>
+    <Credentials>
+      <SessionToken>AQoDYXdzEE0a8ANXXXXXXXXNO1ewxE5TijQyp+IEXAMPLE</SessionToken>
+      <SecretAccessKey>wJalrXUtnFEMI/K7MDENG/bPxRfiCYzEXAMPLEKEY</SecretAccessKey>
+      <Expiration>2026-12-06T10:00:00Z</Expiration>
+      <AccessKeyId>ASIAIOSFODNN7EXAMPLE</AccessKeyId>
+    </Credentials>
+    <Provider>www.amazon.com</Provider>
+  </AssumeRoleWithWebIdentityResult>
+  <ResponseMetadata><RequestId>ad4156e9-bce1-11e2-82e6-6b6efEXAMPLE</RequestId></ResponseMetadata>
+</AssumeRoleWithWebIdentityResponse>"#;
+
+#[test]
+fn sts_keys_are_read_with_their_expiry_and_replaced_five_minutes_before_it() {
+    let (keys, expires) = aws::parse(STS_ANSWER).unwrap();
+    assert_eq!(keys.access_key_id, "ASIAIOSFODNN7EXAMPLE");
+    assert_eq!(
+        keys.secret_access_key.expose(),
+        "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzEXAMPLEKEY"
+    );
+    assert!(keys.session_token.is_some());
+    let at = |s: &str| SystemTime::from(chrono::DateTime::parse_from_rfc3339(s).unwrap());
+    assert_eq!(expires, at("2026-12-06T10:00:00Z"));
+    assert!(aws::parse("<html>oops</html>").is_err());
+
+    let w = aws::WebIdentity::new(
+        "r".into(),
+        "f".into(),
+        "s".into(),
+        "http://127.0.0.1:1".into(),
+    );
+    assert!(w.needs_refresh(at("2026-12-06T09:00:00Z")), "none yet");
+    w.hold(keys, expires);
+    assert!(!w.needs_refresh(at("2026-12-06T09:54:59Z")));
+    assert!(
+        w.needs_refresh(at("2026-12-06T09:55:00Z")),
+        "within five minutes of expiry"
+    );
+    let src = aws::Source::WebIdentity(w);
+    assert!(src.current(at("2026-12-06T09:59:59Z")).is_some());
+    assert!(
+        src.current(at("2026-12-06T10:00:00Z")).is_none(),
+        "expired keys sign nothing"
     );
 }

@@ -66,7 +66,7 @@ impl Worker {
                 campaigns::settings(self.store.pool(), self.store.campaign_id())
             })
             .await?;
-        self.sendable(&settings)?;
+        self.sendable(&settings).await?;
         let p = Pipeline::new(self, settings.letter().into(), cancel, true, i64::MAX);
         let _deadline = p.stop.at(stop_at, StopReason::Deadline);
         let empty = p.drive().await;
@@ -166,7 +166,7 @@ impl Worker {
     ) -> Result<RunReport, RunError> {
         let started = Instant::now();
         let start = self.pass_start().await?;
-        self.sendable(&start.settings)?;
+        self.sendable(&start.settings).await?;
         let report = |reason, counts| {
             RunReport::new(
                 self.name.clone(),
@@ -269,8 +269,9 @@ impl Worker {
     }
 
     /// Whether this vendor can send the campaign as configured: every vendor but our JSON
-    /// contract needs a sender (`configure --from`); without one each mail would be refused.
-    fn sendable(&self, settings: &CampaignSettings) -> Result<(), RunError> {
+    /// contract needs a sender (`configure --from`), without which each mail would be refused;
+    /// and the credentials it signs with must be at hand (SES: web identity fetched now).
+    async fn sendable(&self, settings: &CampaignSettings) -> Result<(), RunError> {
         if self.provider.needs_sender() && settings.from_address.is_none() {
             return Err(RunError::Config(crate::config::ConfigError::new(
                 "CAMPAIGN_ID",
@@ -281,7 +282,12 @@ impl Worker {
                 ),
             )));
         }
-        Ok(())
+        self.provider.prepare().await.map_err(|e| {
+            RunError::Config(crate::config::ConfigError::new(
+                "AWS_ROLE_ARN",
+                format!("{e}; check the role's trust policy and AWS_WEB_IDENTITY_TOKEN_FILE"),
+            ))
+        })
     }
 
     /// The campaign's settings, its size and its failure budget at the start of a pass.

@@ -483,3 +483,116 @@ async fn a_vendor_run_without_a_sender_or_with_an_id_its_tags_refuse_exits_78_se
     );
     assert_eq!(p.fake.stats().requests, 0);
 }
+
+/// A stand-in for STS: answers `AssumeRoleWithWebIdentity` for the one token it expects with a
+/// new key each time, valid `valid_s` seconds; counts the calls.
+#[derive(Default)]
+struct Sts {
+    calls: std::sync::atomic::AtomicU32,
+    valid_s: i64,
+}
+
+async fn assume(State(sts): State<Arc<Sts>>, body: String) -> Response {
+    let form: std::collections::HashMap<String, String> =
+        reqwest::Url::parse(&format!("http://x/?{body}"))
+            .unwrap()
+            .query_pairs()
+            .into_owned()
+            .collect();
+    if form.get("Action").map(String::as_str) != Some("AssumeRoleWithWebIdentity")
+        || form.get("WebIdentityToken").map(String::as_str) != Some("the-projected-token")
+        || form.get("RoleArn").map(String::as_str)
+            != Some("arn:aws:iam::123456789012:role/ses-sender")
+    {
+        return (
+            StatusCode::FORBIDDEN,
+            "<ErrorResponse><Error><Code>AccessDenied</Code><Message>Not authorized to perform sts:AssumeRoleWithWebIdentity</Message></Error></ErrorResponse>",
+        )
+            .into_response();
+    }
+    let n = sts.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+    let expires = (chrono::Utc::now() + chrono::Duration::seconds(sts.valid_s)).to_rfc3339();
+    format!(
+        "<AssumeRoleWithWebIdentityResponse><AssumeRoleWithWebIdentityResult><Credentials>\
+         <AccessKeyId>ASIAFAKE{n}</AccessKeyId><SecretAccessKey>secret-{n}</SecretAccessKey>\
+         <SessionToken>token-{n}</SessionToken><Expiration>{expires}</Expiration>\
+         </Credentials></AssumeRoleWithWebIdentityResult></AssumeRoleWithWebIdentityResponse>"
+    )
+    .into_response()
+}
+
+async fn sts(valid_s: i64) -> (Arc<Sts>, String) {
+    let s = Arc::new(Sts {
+        valid_s,
+        ..Default::default()
+    });
+    let app = Router::new().route("/", post(assume)).with_state(s.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (s, format!("http://{addr}/"))
+}
+
+#[sqlx::test]
+async fn ses_by_web_identity_assumes_the_role_and_refreshes_the_keys_before_they_expire(
+    pool: PgPool,
+) {
+    seed(&pool, CAMPAIGN, 200).await;
+    configure_sender(&pool).await;
+    let token = temp_path("web-identity-token");
+    std::fs::write(&token, "the-projected-token\n").unwrap();
+    // Keys valid 301 s: inside the five minutes before expiry one second later, so the run
+    // must fetch new ones while it sends.
+    let (s, sts_url) = sts(301).await;
+    let p = provider(FakeConfig::default()).await;
+    let mut cfg = vendor_config(
+        "ses",
+        &base_of(&p),
+        &[
+            ("AWS_REGION", "us-east-1"),
+            ("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/ses-sender"),
+            ("AWS_WEB_IDENTITY_TOKEN_FILE", token.to_str().unwrap()),
+            ("AWS_ENDPOINT_URL_STS", &sts_url),
+        ],
+    );
+    cfg.mail_rate_per_s = 100; // two seconds of sending
+    let report = run_to_end(&pool, cfg).await;
+    assert_eq!(
+        (report.exit_code, report.stats.sent),
+        (0, 200),
+        "{report:?}"
+    );
+    let calls = s.calls.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        calls >= 2,
+        "the keys were never refreshed: {calls} STS call(s)"
+    );
+    assert!(calls < 20, "one fetch at a time, not one per send: {calls}");
+
+    // A role the token may not assume: the run stops at its start, exit 78, nothing sent.
+    std::fs::write(&token, "another-token").unwrap();
+    let db = worker_url(&pool).await;
+    sqlx::query("UPDATE campaign_targets SET state = 'pending', sent_at = NULL")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let before = p.fake.stats().requests;
+    let env = [
+        ("CAMPAIGN_ID", CAMPAIGN),
+        ("MAIL_PROVIDER", "ses"),
+        ("MAIL_URL", &base_of(&p)),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/ses-sender"),
+        ("AWS_WEB_IDENTITY_TOKEN_FILE", token.to_str().unwrap()),
+        ("AWS_ENDPOINT_URL_STS", &sts_url),
+    ];
+    let (code, out, err) = finish(spawn_sender(&["run"], &db, &env), Duration::from_secs(60)).await;
+    let _ = std::fs::remove_file(&token);
+    assert_eq!(code, campaign_sender::exit::CONFIG as i32, "{out}\n{err}");
+    assert!(err.contains("AccessDenied"), "{err}");
+    assert!(
+        !err.contains("another-token"),
+        "the token was printed: {err}"
+    );
+    assert_eq!(p.fake.stats().requests, before);
+}
