@@ -690,6 +690,19 @@ fn only_tag_safe_campaign_ids_travel_to_ses_and_resend() {
         api_key: Secret::new("k"),
     };
     assert!(p.campaign_id_problem("a b").unwrap().contains("\" \""));
+    let ses = ses::Ses {
+        region: "us-east-1".into(),
+        host: "h".into(),
+        credentials: std::sync::Arc::new(aws::Source::Static(ses::AwsKeys {
+            access_key_id: "A".into(),
+            secret_access_key: Secret::new("s"),
+            session_token: None,
+        })),
+        configuration_set: None,
+    };
+    assert_eq!(ses.campaign_id_problem("spring-sale"), None);
+    assert_eq!(ses.campaign_id_problem("a:b"), tag_safe("a:b"));
+    assert!(ses.campaign_id_problem("a:b").unwrap().contains("\":\""));
     let j = json::Json {
         api_key: None,
         refusals: crate::outcome::Refusals::default(),
