@@ -52,10 +52,10 @@ statements = {
     "CLAIM": ("text, bigint, uuid, float8", "'unseen', 200, gen_random_uuid(), 60"),
     "RECHECK": ("text, bigint[], uuid[], float8", f"'unseen', {ids}, {uuids}, 86400"),
     "EXTEND": ("text, bigint[], uuid[], float8", f"'unseen', {ids}, {uuids}, 60"),
-    "FINISH": ("text, uuid, bigint[], text[], bool[], bigint[], int2[], text[], bool[]",
+    "FINISH": ("text, uuid, bigint[], text[], bool[], bigint[], int2[], text[], bool[], text[]",
                f"'unseen', gen_random_uuid(), {ids}, {arr(['sent'] * 200)}, "
                f"{arr(['true'] * 200)}, {arr(['NULL'] * 200)}, {arr([202] * 200)}, "
-               f"{arr(['NULL'] * 200)}, {arr(['false'] * 200)}"),
+               f"{arr(['NULL'] * 200)}, {arr(['false'] * 200)}, {arr(['m'] * 200)}"),
 }
 def nodes(n):
     yield n

@@ -79,6 +79,7 @@ pub struct Batch {
 struct Picked {
     #[sqlx(flatten)]
     row: ClaimedRow,
+    priority: i32,
     suppressed: bool,
 }
 
@@ -288,7 +289,7 @@ impl Store {
     /// - a row in retry backoff is not claimed before `not_before`, nor a scheduled row before
     ///   its `send_after`; neither blocks the rows behind it;
     /// - the highest `priority` goes first, then the lowest `member_id`: picked in that order,
-    ///   and returned in it (an `UPDATE`'s `RETURNING` keeps no order of its own);
+    ///   and returned in it (sorted here: an `UPDATE`'s `RETURNING` keeps no order of its own);
     /// - a row whose address is on the suppression list is never claimed: the claim moves it
     ///   to `suppressed` (out of the work set, no attempt counted) and does not return it;
     /// - a row another worker holds is taken only after its lease expired (the crash case);
@@ -317,27 +318,22 @@ impl Store {
                  ORDER BY priority DESC, member_id
                  LIMIT $2
                    FOR UPDATE SKIP LOCKED
-            ),
-            claimed AS (
-                UPDATE campaign_targets t
-                   SET state         = CASE WHEN picked.suppressed THEN 'suppressed' ELSE 'sending' END,
-                       attempts      = t.attempts + (NOT picked.suppressed)::int,
-                       claim_id      = $3,
-                       lease_until   = CASE WHEN NOT picked.suppressed
-                                            THEN now() + make_interval(secs => $4) END,
-                       not_before    = NULL,
-                       unknown_since = coalesce(t.unknown_since, t.started_at),
-                       started_at    = NULL,
-                       updated_at    = now()
-                  FROM picked
-                 WHERE t.campaign_id = (SELECT $1::text)
-                   AND t.member_id = picked.member_id
-                RETURNING t.member_id, t.email, t.data, t.attempts AS attempt, t.priority,
-                          picked.was = 'sending' AS reclaimed, picked.suppressed
             )
-            SELECT member_id, email, data, attempt, reclaimed, suppressed
-              FROM claimed
-             ORDER BY priority DESC, member_id
+            UPDATE campaign_targets t
+               SET state         = CASE WHEN picked.suppressed THEN 'suppressed' ELSE 'sending' END,
+                   attempts      = t.attempts + (NOT picked.suppressed)::int,
+                   claim_id      = $3,
+                   lease_until   = CASE WHEN NOT picked.suppressed
+                                        THEN now() + make_interval(secs => $4) END,
+                   not_before    = NULL,
+                   unknown_since = coalesce(t.unknown_since, t.started_at),
+                   started_at    = NULL,
+                   updated_at    = now()
+              FROM picked
+             WHERE t.campaign_id = (SELECT $1::text)
+               AND t.member_id = picked.member_id
+            RETURNING t.member_id, t.email, t.data, t.attempts AS attempt, t.priority,
+                      picked.was = 'sending' AS reclaimed, picked.suppressed
         "#;
         let picked: Vec<Picked> = sqlx::query_as(CLAIM)
             .bind(&self.campaign_id)
@@ -346,8 +342,10 @@ impl Store {
             .bind(lease.as_secs_f64())
             .fetch_all(&self.pool)
             .await?;
-        let (suppressed, rows): (Vec<Picked>, Vec<Picked>) =
+        let (suppressed, mut rows): (Vec<Picked>, Vec<Picked>) =
             picked.into_iter().partition(|p| p.suppressed);
+        // `RETURNING` keeps no order: the batch is sent in the order it was picked in.
+        rows.sort_unstable_by_key(|p| (std::cmp::Reverse(p.priority), p.row.member_id));
         let rows: Vec<ClaimedRow> = rows.into_iter().map(|p| p.row).collect();
         Ok(Batch {
             claim_id,

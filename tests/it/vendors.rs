@@ -109,6 +109,19 @@ async fn reset(pool: &PgPool, n: i64) {
     seed(pool, CAMPAIGN, n).await;
 }
 
+/// A fresh campaign of `n` members drained through `vendor` against a fake configured `fake`.
+async fn drain_through(
+    pool: &PgPool,
+    (vendor, extra): (&str, &[(&str, &str)]),
+    n: i64,
+    fake: FakeConfig,
+) -> (TestProvider, campaign_sender::report::RunReport) {
+    reset(pool, n).await;
+    let p = provider(fake).await;
+    let report = run_to_end(pool, vendor_config(vendor, &base_of(&p), extra)).await;
+    (p, report)
+}
+
 #[sqlx::test]
 async fn every_vendor_drains_through_faults_and_its_own_429s_mailing_nobody_twice(pool: PgPool) {
     configure_sender(&pool).await;
@@ -153,15 +166,13 @@ async fn every_vendor_drains_through_faults_and_its_own_429s_mailing_nobody_twic
 async fn an_unknown_outcome_is_sent_again_only_where_the_vendor_has_a_key(pool: PgPool) {
     configure_sender(&pool).await;
     for (vendor, extra) in VENDORS {
-        reset(&pool, 20).await;
         // Every fresh delivery is answered after the client's timeout.
-        let p = provider(FakeConfig {
+        let late = FakeConfig {
             late_per_million: 1_000_000,
             late_ms: 1500,
             ..Default::default()
-        })
-        .await;
-        let report = run_to_end(&pool, vendor_config(vendor, &base_of(&p), extra)).await;
+        };
+        let (p, report) = drain_through(&pool, (vendor, extra), 20, late).await;
         let s = p.fake.stats();
         assert_eq!(report.exit_code, 0, "{vendor}: {report:?}");
         assert_eq!(
@@ -225,21 +236,29 @@ async fn a_listed_address_is_suppressed_at_postmark_and_accepted_by_the_others(p
     }
 }
 
+/// A fresh campaign of `n` members, no state left on any limit key, and a fake that answers
+/// every request with `kind` for a minute (a quota's wait: five hours, where the vendor says).
+async fn misbehaving(pool: &PgPool, n: i64, kind: fake_provider::ChaosKind) -> TestProvider {
+    reset(pool, n).await;
+    sqlx::query("DELETE FROM rate_limits")
+        .execute(pool)
+        .await
+        .unwrap();
+    let p = provider(FakeConfig::default()).await;
+    p.fake.set_chaos(fake_provider::ChaosRequest {
+        kind,
+        seconds: 60.0,
+        retry_after_s: 5 * 3600,
+        ..Default::default()
+    });
+    p
+}
+
 #[sqlx::test]
 async fn a_refused_account_stops_every_vendors_run_without_failing_a_row(pool: PgPool) {
     configure_sender(&pool).await;
     for (vendor, extra) in VENDORS {
-        reset(&pool, 50).await;
-        sqlx::query("DELETE FROM rate_limits")
-            .execute(&pool)
-            .await
-            .unwrap();
-        let p = provider(FakeConfig::default()).await;
-        p.fake.set_chaos(fake_provider::ChaosRequest {
-            kind: fake_provider::ChaosKind::Refuse,
-            seconds: 60.0,
-            ..Default::default()
-        });
+        let p = misbehaving(&pool, 50, fake_provider::ChaosKind::Refuse).await;
         let report = run_to_end(&pool, vendor_config(vendor, &base_of(&p), extra)).await;
         assert_eq!(
             (report.reason, report.stats.failed),
@@ -381,18 +400,7 @@ async fn the_vendors_own_quota_stops_the_fleet_done_for_now_and_status_says_unti
         if vendor == "postmark" {
             continue; // Postmark has no sending quota of its own
         }
-        reset(&pool, 50).await;
-        sqlx::query("DELETE FROM rate_limits")
-            .execute(&pool)
-            .await
-            .unwrap();
-        let p = provider(FakeConfig::default()).await;
-        p.fake.set_chaos(fake_provider::ChaosRequest {
-            kind: fake_provider::ChaosKind::Quota,
-            seconds: 60.0,
-            retry_after_s: 5 * 3600,
-            ..Default::default()
-        });
+        let p = misbehaving(&pool, 50, fake_provider::ChaosKind::Quota).await;
         let cfg = vendor_config(vendor, &base_of(&p), extra);
         let key = cfg.limit_key();
         let report = run_to_end(&pool, cfg.clone()).await;
