@@ -11,7 +11,9 @@
 //!   connecting, and the one retry rule for the database ([`store::outage`]);
 //! - [`rate`]: one provider limit for the whole fleet — the pure round (`plan.rs`, simulated
 //!   in `sim.rs`), the coordinator's rounds in PostgreSQL, the governor pacer;
-//! - [`provider`]: the HTTP client for the provider contract (idempotency key, timeouts);
+//! - [`provider`]: the HTTP client and one profile per vendor (`MAIL_PROVIDER`: our JSON
+//!   contract, SendGrid, SES, Postmark, Mailgun, Resend): each builds its request and reads its
+//!   answers; the idempotency key where the vendor has one, timeouts, SES's credentials;
 //! - [`outcome`]: pure decisions: status → attempt → what to write, backoff with jitter;
 //! - [`window`]: a campaign's send window in its time zone (pure: open or closed at an instant,
 //!   DST included).

@@ -237,10 +237,12 @@ pub fn parse_since(v: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
 }
 
 pub(super) fn parse_rate(v: &str) -> Result<f64, String> {
+    let max = crate::config::MAX_RATE_PER_S as f64;
     match v.parse::<f64>() {
-        Ok(r) if r >= 0.01 && r.is_finite() => Ok(r),
+        Ok(r) if (0.01..=max).contains(&r) => Ok(r),
         _ => Err(format!(
-            "'{v}' is not a rate: requests per second, at least 0.01 (e.g. 100)"
+            "'{}' is not a rate: requests per second, from 0.01 to {max} (e.g. 100)",
+            v.chars().take(20).collect::<String>()
         )),
     }
 }
@@ -274,4 +276,38 @@ fn parse_window(v: &str) -> Result<WindowArg, String> {
     }
     let (start, end) = crate::window::parse_span(v)?;
     Ok(WindowArg::Span(start, end))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_live_rate_is_bounded_and_an_absurd_one_is_refused_short() {
+        assert_eq!(parse_rate("100"), Ok(100.0));
+        assert_eq!(parse_rate("100000"), Ok(100_000.0));
+        for bad in ["1e30", "100001", "0", "NaN", "inf", "-5"] {
+            let err = parse_rate(bad).unwrap_err();
+            assert!(err.contains("from 0.01 to 100000"), "{bad}: {err}");
+        }
+        let long = "9".repeat(5000);
+        assert!(
+            parse_rate(&long).unwrap_err().len() < 120,
+            "the value is cut"
+        );
+    }
+
+    #[test]
+    fn a_template_and_a_sender_are_checked_and_an_address_is_never_echoed() {
+        assert_eq!(parse_template("d-123"), Ok("d-123".into()));
+        for bad in ["", "  ", "a\nb", &"t".repeat(257)] {
+            assert!(parse_template(bad).is_err(), "{bad:?}");
+        }
+        assert!(parse_sender("News <news@example.com>").is_ok());
+        assert!(parse_sender("news@example.com").is_ok());
+        for bad in ["News <not-an-address>", "a@b.c\r\nBcc: x@y.z", "nobody"] {
+            let err = parse_sender(bad).unwrap_err();
+            assert!(!err.contains('@'), "{err}");
+        }
+    }
 }

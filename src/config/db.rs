@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{positive, ConfigError, FromEnv, Secret};
+use super::{at_most, positive, ConfigError, FromEnv, Secret};
 
 /// How to reach PostgreSQL. Shared by every subcommand.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -29,6 +29,8 @@ impl FromEnv for DbConfig {
             ));
         }
         positive("DB_MAX_CONNECTIONS", self.db_max_connections as u64)?;
+        at_most("DB_MAX_CONNECTIONS", self.db_max_connections as u64, 1000)?;
+        at_most("DB_CONNECT_RETRY_S", self.db_connect_retry_s, 86_400)?;
         Ok(())
     }
 }

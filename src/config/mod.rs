@@ -16,7 +16,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 pub use db::DbConfig;
-pub use run::RunConfig;
+pub use run::{RunConfig, BOUNDS};
 
 /// A configuration read once from environment variables (envy: each field is the variable of
 /// its name, upper-cased) and checked before anything uses it.
@@ -123,6 +123,19 @@ pub fn known_variables() -> Vec<String> {
     vars.extend(["LOG_FORMAT".to_string(), "RUST_LOG".to_string()]);
     vars.sort();
     vars
+}
+
+/// The most a rate may be, in requests per second (`MAIL_RATE_PER_S`, `limit --rate`): far
+/// above any vendor's limit, low enough that the pacer's arithmetic stays exact.
+pub const MAX_RATE_PER_S: u32 = 100_000;
+
+/// `value` is at most `max` (the documented upper bound of `var`): an absurd value is refused
+/// at start instead of overflowing a time or a counter later.
+pub(crate) fn at_most(var: &str, value: u64, max: u64) -> Result<(), ConfigError> {
+    if value > max {
+        return Err(ConfigError::new(var, format!("must be at most {max}")));
+    }
+    Ok(())
 }
 
 pub(crate) fn positive(var: &str, value: u64) -> Result<(), ConfigError> {

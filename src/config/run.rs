@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{positive, ConfigError, FromEnv, Secret};
+use super::{at_most, positive, ConfigError, FromEnv, Secret, MAX_RATE_PER_S};
 use crate::outcome::{Refusals, RetryPolicy};
 use crate::provider::aws::{Source, WebIdentity};
 use crate::provider::ses::AwsKeys;
@@ -264,7 +264,69 @@ mod defaults {
     }
 }
 
+/// The upper bound of every count and duration (`DB_CONNECT_RETRY_S` and `DB_MAX_CONNECTIONS`
+/// are [`super::DbConfig`]'s: a day, 1000). Each is far beyond any sensible setting and keeps
+/// the arithmetic on it exact: an absurd value (a `u64::MAX` meant as "forever") is refused at
+/// start, exit 78 naming it, instead of overflowing an instant, never sending, or never
+/// exiting.
+pub const BOUNDS: [(&str, u64); 18] = [
+    ("MAIL_RATE_PER_S", MAX_RATE_PER_S as u64),
+    ("BATCH_SIZE", 10_000),
+    ("SEND_CONCURRENCY", 10_000),
+    ("RATE_SYNC_MS", 10_000),
+    ("RATE_SHARE_TTL_MS", 60_000),
+    ("MAIL_DAILY_QUOTA", 1_000_000_000_000),
+    ("LEASE_S", 86_400),
+    ("FLUSH_MAX_ROWS", 10_000),
+    ("FLUSH_INTERVAL_MS", 60_000),
+    ("DEADLINE_S", 31 * 86_400),
+    ("MAX_ATTEMPTS", 100),
+    ("BACKOFF_BASE_MS", 3_600_000),
+    ("BACKOFF_MAX_MS", 86_400_000),
+    ("RETRY_AFTER_MAX_S", 86_400),
+    ("CONNECT_TIMEOUT_MS", 600_000),
+    ("READ_TIMEOUT_MS", 600_000),
+    ("OPTOUT_RECHECK_MS", 60_000),
+    ("IDLE_POLL_MS", 60_000),
+];
+
 impl RunConfig {
+    /// Each bounded setting's value, by its variable's name (the order of [`BOUNDS`]).
+    fn bounded(&self) -> [u64; 18] {
+        [
+            self.mail_rate_per_s as u64,
+            self.batch_size as u64,
+            self.send_concurrency as u64,
+            self.rate_sync_ms,
+            self.rate_share_ttl_ms,
+            self.mail_daily_quota.unwrap_or(0),
+            self.lease_s,
+            self.flush_max_rows as u64,
+            self.flush_interval_ms,
+            self.deadline_s,
+            self.max_attempts as u64,
+            self.backoff_base_ms,
+            self.backoff_max_ms,
+            self.retry_after_max_s,
+            self.connect_timeout_ms,
+            self.read_timeout_ms,
+            self.optout_recheck_ms,
+            self.idle_poll_ms,
+        ]
+    }
+
+    fn validate_bounds(&self) -> Result<(), ConfigError> {
+        for ((var, max), value) in BOUNDS.iter().zip(self.bounded()) {
+            at_most(var, value, *max)?;
+        }
+        // IDEMPOTENCY_WINDOW_S: at most 30 days (no vendor keeps a key longer).
+        at_most(
+            "IDEMPOTENCY_WINDOW_S",
+            self.idempotency_window_s.unwrap_or(0),
+            30 * 86_400,
+        )
+    }
+
     /// A config with every default, for tests and tools that build one in code.
     pub fn with_defaults(campaign_id: &str, mail_url: &str) -> Self {
         let vars = [
@@ -695,6 +757,7 @@ fn masked_url(url: &str) -> String {
 impl FromEnv for RunConfig {
     /// Every check made at start; the first problem found names its variable.
     fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_bounds()?;
         self.validate_campaign_and_provider()?;
         self.validate_sizes()?;
         self.validate_rate()?;

@@ -168,3 +168,34 @@ fn secrets_never_print() {
         DbConfig::from_vars([("DATABASE_URL".into(), "postgres://u:hunter2@h/db".into())]).unwrap();
     assert!(!format!("{d:?}").contains("hunter2"));
 }
+
+#[test]
+fn every_count_and_duration_has_an_upper_bound_and_the_largest_number_is_refused_by_name() {
+    for (var, max) in super::BOUNDS {
+        let over = (max + 1).to_string();
+        let err = RunConfig::from_vars(vars(&[(var, &over)])).unwrap_err();
+        assert_eq!(err.var, var, "{var}={over}: {err}");
+        assert!(err.problem.contains(&max.to_string()), "{err}");
+    }
+    for var in [
+        "DEADLINE_S",
+        "LEASE_S",
+        "IDEMPOTENCY_WINDOW_S",
+        "MAIL_DAILY_QUOTA",
+        "IDLE_POLL_MS",
+    ] {
+        let err = RunConfig::from_vars(vars(&[(var, &u64::MAX.to_string())])).unwrap_err();
+        assert_eq!(err.var, var, "{err}");
+    }
+    // At the bound: accepted (those whose bound other checks allow on their own).
+    for (var, at) in [
+        ("DEADLINE_S", "2678400"),
+        ("MAIL_RATE_PER_S", "100000"),
+        ("MAX_ATTEMPTS", "100"),
+    ] {
+        assert!(
+            RunConfig::from_vars(vars(&[(var, at)])).is_ok(),
+            "{var}={at}"
+        );
+    }
+}

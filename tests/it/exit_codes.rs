@@ -114,6 +114,15 @@ async fn bad_config_gives_78_and_names_the_variable(pool: PgPool) {
         ("BATCH_SIZE", "0"),
         ("MAIL_URL", "ftp://x"),
         ("LEASE_S", "-1"),
+        // "Forever" written as the largest number: refused, never an overflow or a hang.
+        ("DEADLINE_S", "18446744073709551615"),
+        ("DB_CONNECT_RETRY_S", "18446744073709551615"),
+        ("LEASE_S", "18446744073709551615"),
+        ("IDEMPOTENCY_WINDOW_S", "18446744073709551615"),
+        ("MAIL_DAILY_QUOTA", "18446744073709551615"),
+        ("FLUSH_INTERVAL_MS", "18446744073709551615"),
+        ("IDLE_POLL_MS", "18446744073709551615"),
+        ("MAIL_RATE_PER_S", "4294967295"),
     ];
     for (var, value) in cases {
         let mut env: Vec<(&str, &str)> = base.iter().copied().filter(|(k, _)| k != var).collect();
