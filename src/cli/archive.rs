@@ -86,11 +86,11 @@ async fn archive_one(pool: &PgPool, campaign: &str, dry_run: bool) -> Result<u8,
 
 /// Every finished row, batch by batch in member order; a batch that met a lock is tried again.
 async fn move_all(pool: &PgPool, campaign: &str) -> Result<i64, sqlx::Error> {
-    let (mut after, mut moved) = (i64::MIN, 0i64);
+    let (mut from, mut moved) = (i64::MIN, 0i64);
     loop {
         let mut tries = 0;
         let batch = loop {
-            match archive::move_batch(pool, campaign, after, BATCH, LOCK_WAIT).await {
+            match archive::move_batch(pool, campaign, from, BATCH, LOCK_WAIT).await {
                 Err(e) if archive::is_lock_timeout(&e) && tries + 1 < TRIES => {
                     tries += 1;
                     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -101,7 +101,11 @@ async fn move_all(pool: &PgPool, campaign: &str) -> Result<i64, sqlx::Error> {
         match batch {
             Some((n, last)) => {
                 moved += n;
-                after = last;
+                // The next batch starts after the last member moved; none is after i64::MAX.
+                match last.checked_add(1) {
+                    Some(next) => from = next,
+                    None => return Ok(moved),
+                }
             }
             None => return Ok(moved),
         }

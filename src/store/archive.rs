@@ -95,13 +95,14 @@ pub async fn archived(pool: &PgPool, campaign_id: &str) -> Result<Option<Archive
         .await
 }
 
-/// Moves the next `limit` finished rows after member `after` into `campaign_archive`, in one
-/// transaction that waits at most `lock_wait` for a lock. Returns how many moved and the last
-/// member moved (`None`: nothing left after `after`).
+/// Moves the next `limit` finished rows from member `from` on (inclusive: the first batch
+/// starts at `i64::MIN`, which is a member id too) into `campaign_archive`, in one transaction
+/// that waits at most `lock_wait` for a lock. Returns how many moved and the last member moved
+/// (`None`: nothing left from `from` on).
 pub async fn move_batch(
     pool: &PgPool,
     campaign_id: &str,
-    after: i64,
+    from: i64,
     limit: i64,
     lock_wait: Duration,
 ) -> Result<Option<(i64, i64)>, sqlx::Error> {
@@ -112,7 +113,7 @@ pub async fn move_batch(
         WITH batch AS (
             SELECT member_id
               FROM campaign_targets
-             WHERE campaign_id = $1 AND member_id > $2
+             WHERE campaign_id = $1 AND member_id >= $2
                AND NOT (state IN ('pending', 'sending') AND opted_out_at IS NULL)
              ORDER BY member_id
              LIMIT $3
@@ -146,7 +147,7 @@ pub async fn move_batch(
     .await?;
     let (n, last): (i64, Option<i64>) = sqlx::query_as(MOVE)
         .bind(campaign_id)
-        .bind(after)
+        .bind(from)
         .bind(limit)
         .fetch_one(&mut *tx)
         .await?;

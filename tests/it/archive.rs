@@ -282,3 +282,21 @@ async fn a_batch_gives_up_on_a_held_lock_at_once_and_only_that_is_retried(pool: 
         .unwrap();
     assert_eq!(moved, Some((10, 10)));
 }
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn the_smallest_and_the_largest_member_ids_are_archived_too(pool: PgPool) {
+    sqlx::query(
+        "INSERT INTO campaign_targets (campaign_id, member_id, email, state, sent_at, attempts)
+         SELECT $1, m, 'm@example.com', 'sent', now(), 1
+           FROM unnest(ARRAY[-9223372036854775808, -1, 0, 9223372036854775807]::bigint[]) m",
+    )
+    .bind(DONE)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let (code, out, err) = archive(&pool, &["--campaign", DONE]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("archived 4 rows"), "{out}");
+    assert_eq!(rows_of(&pool, "campaign_targets", DONE).await, 0);
+    assert_eq!(rows_of(&pool, "campaign_archive", DONE).await, 4);
+}
