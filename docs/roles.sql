@@ -70,6 +70,8 @@ GRANT UPDATE (limit_key, effective_per_s, paused_until, last_decrease_at, update
 GRANT SELECT, INSERT, UPDATE, DELETE ON rate_pods TO campaign_sender_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON rate_usage TO campaign_sender_worker;
 GRANT SELECT ON campaigns TO campaign_sender_worker;
+-- `run` and `serve` refuse a campaign that does not exist, naming the archived ones too.
+GRANT SELECT ON archived_campaigns TO campaign_sender_worker;
 GRANT INSERT (campaign_id, paused_at, paused_by, pause_reason),
       UPDATE (paused_at, paused_by, pause_reason, updated_at)
     ON campaigns TO campaign_sender_worker;

@@ -28,8 +28,9 @@ pub const PAUSED: u8 = 3;
 /// then `campaign-sender resume` and rerun. A Job fails on it (podFailurePolicy) rather than
 /// retrying pods into more refusals.
 pub const ACCOUNT_REFUSED: u8 = 4;
-/// An operator command named a campaign that does not exist (no targets, no settings row);
-/// nothing was changed. (The same number as [`INCOMPLETE`]: they never come from one command.)
+/// An operator command, `run` or `serve` named a campaign that does not exist (no targets, no
+/// settings row, no archive); nothing was changed or sent. (The same number as
+/// [`INCOMPLETE`]: `run` says which in its log line, before it claims anything.)
 pub const UNKNOWN_CAMPAIGN: u8 = 1;
 /// `archive`: the campaign still has work (`pending` or `sending` rows); nothing was archived.
 pub const NOT_FINISHED: u8 = 1;

@@ -19,12 +19,18 @@ pub enum Command {
     /// serialises them, and the second finds nothing left to do). Needs DATABASE_URL.
     Migrate,
     /// Send the campaign CAMPAIGN_ID until done, DEADLINE_S, too many failures or SIGTERM.
-    /// Prints a JSON report line on stdout. Configuration: environment (see README).
+    /// Prints a JSON report line on stdout. Configuration: environment (see README). A campaign
+    /// that does not exist is refused (exit 1, naming the closest).
     Run,
     /// Long-running mode (a Deployment): like `run` with no deadline; when the campaign is done
     /// it idles (one backlog query per IDLE_POLL_MS) and resumes when rows arrive. SIGTERM exits
-    /// 0; too many permanent failures exit 2.
-    Serve,
+    /// 0; too many permanent failures exit 2. A campaign that does not exist is refused (exit
+    /// 1, naming the closest) unless --wait-for-campaign.
+    Serve {
+        /// Start even if CAMPAIGN_ID has no rows or settings yet, and send once it has.
+        #[arg(long)]
+        wait_for_campaign: bool,
+    },
     /// Load recipients from CSV (`member_id,email`, header optional) into a campaign, in one
     /// transaction: any invalid or repeated line and nothing is imported (exit 65), unless
     /// --skip-invalid names a file for the rejects. Rows the campaign already has are left

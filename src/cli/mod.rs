@@ -52,8 +52,8 @@ pub async fn run(cli: Cli, shutdown: CancellationToken) -> u8 {
     };
     match cli.command {
         Command::Migrate => migrate(&db).await,
-        Command::Run => work(&db, false, shutdown).await,
-        Command::Serve => work(&db, true, shutdown).await,
+        Command::Run => work(&db, None, shutdown).await,
+        Command::Serve { wait_for_campaign } => work(&db, Some(wait_for_campaign), shutdown).await,
         operator => {
             let db = Db::new(&db, Who::Operator);
             let pool = match db.ready_pool(Patience::Interactive, Duration::ZERO).await {
@@ -131,9 +131,10 @@ async fn migrate(cfg: &DbConfig) -> u8 {
     }
 }
 
-/// `run` or `serve`: the worker, until it is done or told to stop. Prints the JSON report on
-/// stdout and a summary on stderr.
-async fn work(db: &DbConfig, serve: bool, shutdown: CancellationToken) -> u8 {
+/// `run` (`serve`: `None`) or `serve` (`Some(wait_for_campaign)`): the worker, until it is
+/// done or told to stop. Prints the JSON report on stdout and a summary on stderr.
+async fn work(db: &DbConfig, serve: Option<bool>, shutdown: CancellationToken) -> u8 {
+    let (serve, wait_for_campaign) = (serve.is_some(), serve.unwrap_or(false));
     let cfg = match RunConfig::from_env() {
         Ok(c) => c,
         Err(e) => return config_failure(e),
@@ -150,6 +151,17 @@ async fn work(db: &DbConfig, serve: bool, shutdown: CancellationToken) -> u8 {
         Ok(p) => p,
         Err(code) => return code,
     };
+    // A typo in CAMPAIGN_ID would "succeed" with nothing sent (a Job) or idle forever (serve).
+    if !wait_for_campaign {
+        match operator::known(&pool, &cfg.campaign_id, false).await {
+            Ok(None) => {}
+            Ok(Some(refusal)) => {
+                error!("CAMPAIGN_ID: {refusal}");
+                return exit::UNKNOWN_CAMPAIGN;
+            }
+            Err(e) => return db.report(&e),
+        }
+    }
     let said = shutdown.clone();
     tokio::spawn(async move {
         said.cancelled().await;

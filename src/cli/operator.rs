@@ -135,7 +135,9 @@ pub async fn dispatch(cmd: Command, pool: &PgPool, db: &Db<'_>, shutdown: Cancel
         Command::Suppress { file, remove } => {
             return super::suppress::suppress_cmd(pool, db, file, remove).await;
         }
-        Command::Migrate | Command::Run | Command::Serve => unreachable!("not an operator command"),
+        Command::Migrate | Command::Run | Command::Serve { .. } => {
+            unreachable!("not an operator command")
+        }
     };
     match result {
         Ok(()) => exit::DONE,
@@ -159,13 +161,17 @@ fn named_campaign(cmd: &Command) -> Option<(&str, bool)> {
         Command::Configure {
             campaign, create, ..
         } => Some((campaign, *create)),
-        Command::Migrate | Command::Run | Command::Serve => None,
+        Command::Migrate | Command::Run | Command::Serve { .. } => None,
     }
 }
 
 /// `None` if the campaign exists (or may be created); else what to tell the operator: "no
 /// campaign 'sprng-sale' (known: spring-sale, …; did you mean spring-sale?)".
-async fn known(pool: &PgPool, campaign: &str, create: bool) -> Result<Option<String>, sqlx::Error> {
+pub(super) async fn known(
+    pool: &PgPool,
+    campaign: &str,
+    create: bool,
+) -> Result<Option<String>, sqlx::Error> {
     if create || campaigns::exists(pool, campaign).await? {
         return Ok(None);
     }

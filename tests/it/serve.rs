@@ -197,3 +197,34 @@ async fn metrics_are_served_with_the_documented_names_and_no_personal_data(pool:
     let (code, _, err) = terminate(child).await;
     assert_eq!(code, 0, "{err}");
 }
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn run_and_serve_refuse_a_campaign_that_does_not_exist_unless_told_to_wait(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 3).await;
+    let p = provider(FakeConfig::default()).await;
+    let url = worker_url(&pool).await;
+    let mut typo = env(&p.url);
+    typo.retain(|(k, _)| *k != "CAMPAIGN_ID");
+    typo.push(("CAMPAIGN_ID", "spring-sal"));
+    for cmd in [&["run"][..], &["serve"][..]] {
+        let (code, out, err) =
+            finish(spawn_sender(cmd, &url, &typo), Duration::from_secs(30)).await;
+        assert_eq!(
+            code,
+            campaign_sender::exit::UNKNOWN_CAMPAIGN as i32,
+            "{cmd:?}: {out}\n{err}"
+        );
+        assert!(err.contains("did you mean spring-sale?"), "{cmd:?}: {err}");
+    }
+    assert_eq!(p.fake.stats().requests, 0);
+    // Told to wait, serve starts for a campaign not loaded yet and sends it once it arrives.
+    let mut later = env(&p.url);
+    later.retain(|(k, _)| *k != "CAMPAIGN_ID");
+    later.push(("CAMPAIGN_ID", "later-sale"));
+    let child = spawn_sender(&["serve", "--wait-for-campaign"], &url, &later);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    seed(&pool, "later-sale", 5).await;
+    wait_delivered(&p, 5).await;
+    let (code, out, err) = terminate(child).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+}
