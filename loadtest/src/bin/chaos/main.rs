@@ -62,6 +62,10 @@ pub struct Args {
     /// kill | pg-restart | blackhole | provider | scale | all
     #[arg(long)]
     scenario: String,
+    /// The contract the workers speak (`MAIL_PROVIDER`): json | sendgrid | ses | postmark |
+    /// mailgun | resend. The fake serves them all.
+    #[arg(long, default_value = "json")]
+    provider: String,
     /// The server's directory from `scripts/pg.sh start DIR` (needed by pg-restart and all).
     #[arg(long)]
     pg_dir: Option<PathBuf>,
@@ -129,7 +133,10 @@ async fn main() -> anyhow::Result<()> {
     // The provider behind a proxy that can reset connections; worker 0's database behind one
     // that can blackhole it.
     let provider_proxy = Proxy::start(socket_of(&provider.base)?).await?;
-    let mail_url = format!("{}v1/send", with_port(&provider.base, provider_proxy.port)?);
+    let provider_env = loadtest::vendor_env(
+        &a.provider,
+        &with_port(&provider.base, provider_proxy.port)?,
+    )?;
     let pg_proxy = Proxy::start(socket_of(&db_url)?).await?;
     let db_url_0 = with_port(&db_url, pg_proxy.port)?;
     let logdir = a.logs.join(&run_id);
@@ -138,7 +145,7 @@ async fn main() -> anyhow::Result<()> {
         &a,
         sibling("campaign-sender")?,
         (db_url, db_url_0),
-        mail_url,
+        provider_env,
         logdir.clone(),
     );
     let levers = Levers {

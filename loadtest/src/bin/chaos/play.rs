@@ -22,7 +22,8 @@ pub struct Spawner {
     pub db_url: String,
     /// Worker 0's database URL (through the proxy that can blackhole it).
     pub db_url_0: String,
-    pub mail_url: String,
+    /// `MAIL_PROVIDER`, `MAIL_URL` (through the proxy) and what the profile needs besides.
+    pub provider_env: Vec<(String, String)>,
     pub logdir: PathBuf,
     pub rate_per_s: u32,
     pub lease_s: u64,
@@ -35,14 +36,14 @@ impl Spawner {
         a: &Args,
         sender: PathBuf,
         db: (String, String),
-        mail_url: String,
+        provider_env: Vec<(String, String)>,
         logdir: PathBuf,
     ) -> Self {
         Self {
             sender,
             db_url: db.0,
             db_url_0: db.1,
-            mail_url,
+            provider_env,
             logdir,
             rate_per_s: a.provider_rate.floor() as u32,
             lease_s: a.lease_s,
@@ -67,7 +68,7 @@ impl Spawner {
                 },
             )
             .env("CAMPAIGN_ID", CAMPAIGN)
-            .env("MAIL_URL", &self.mail_url)
+            .envs(self.provider_env.iter().map(|(k, v)| (k, v)))
             .env("JOB_COMPLETION_INDEX", index.to_string())
             .env("MAIL_RATE_PER_S", self.rate_per_s.to_string())
             .env("LEASE_S", self.lease_s.to_string())
