@@ -199,3 +199,31 @@ fn every_count_and_duration_has_an_upper_bound_and_the_largest_number_is_refused
         );
     }
 }
+
+#[test]
+fn mail_provider_is_read_by_name_and_a_wrong_one_is_refused_with_the_choices() {
+    for kind in crate::provider::Kind::ALL {
+        let c = RunConfig::from_vars(vars(&[
+            ("MAIL_PROVIDER", kind.as_str()),
+            ("MAIL_URL", "http://127.0.0.1:1"),
+            ("MAIL_API_KEY", "k"),
+            ("MAILGUN_DOMAIN", "mg.example.com"),
+            ("AWS_REGION", "eu-west-1"),
+            ("AWS_ACCESS_KEY_ID", "AKID"),
+            ("AWS_SECRET_ACCESS_KEY", "s"),
+        ]));
+        let c = match kind {
+            // The JSON contract's MAIL_URL is the whole URL: give it a path.
+            crate::provider::Kind::Json => RunConfig::from_vars(vars(&[("MAIL_PROVIDER", "json")])),
+            _ => c,
+        };
+        assert_eq!(c.unwrap().mail_provider, kind);
+    }
+    let err = RunConfig::from_vars(vars(&[("MAIL_PROVIDER", "smtp")])).unwrap_err();
+    assert_eq!(err.var, "MAIL_PROVIDER");
+    assert!(
+        err.problem
+            .contains("json, sendgrid, ses, postmark, mailgun, resend"),
+        "{err}"
+    );
+}
