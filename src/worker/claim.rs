@@ -38,6 +38,11 @@ impl Pipeline<'_> {
                 None => return None,
             };
             self.w.recorder.diverted(batch.suppressed, 0);
+            // A claim that moved listed rows to `suppressed` made progress: the rows behind
+            // them may be sendable, so it claims again at once instead of idling.
+            if batch.rows.is_empty() && batch.suppressed > 0 && !self.one_batch {
+                continue;
+            }
             if batch.rows.is_empty() {
                 match self.when_empty().await {
                     WhenEmpty::Return(r) => return r,

@@ -150,3 +150,27 @@ async fn an_address_listed_mid_run_is_not_sent_to_after_the_recheck(pool: PgPool
     assert_eq!(states(&pool).await["suppressed"], 15);
     assert_eq!(store(&pool).remaining().await.unwrap().total(), 0);
 }
+
+/// A block of listed rows ahead of the sendable ones is no reason to idle: each claim that
+/// moved rows to `suppressed` made progress, and the next claim follows at once.
+#[sqlx::test]
+async fn a_block_of_listed_rows_does_not_stall_the_run(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 500).await;
+    sqlx::query(
+        "INSERT INTO suppressions (email, reason)
+         SELECT 'member' || g || '@example.com', 'hard_bounce' FROM generate_series(1, 480) g",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let p = provider(fake_provider::FakeConfig::default()).await;
+    let mut cfg = config(&p.url);
+    // An idle wait is long here: one per claim of listed rows only (three at least) would take
+    // 15 s before the last wait, the one every run makes while its last rows are in flight.
+    cfg.idle_poll_ms = 5_000;
+    let report = tokio::time::timeout(Duration::from_secs(12), run_to_end(&pool, cfg))
+        .await
+        .expect("the run idled behind listed rows");
+    assert_eq!((report.exit_code, report.stats.sent), (0, 20), "{report:?}");
+    assert_eq!(states(&pool).await.get("suppressed"), Some(&480));
+}
