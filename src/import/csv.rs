@@ -147,12 +147,15 @@ pub fn check_record(fields: &[&str], cols: &Columns) -> Result<Record, String> {
         None => 0,
         Some(v) => v
             .parse::<i32>()
-            .map_err(|_| format!("priority '{v}' is not an integer"))?,
+            .map_err(|_| format!("priority {} is not an integer", quoted(v)))?,
     };
     let send_after = match optional(cols.send_after) {
         None => None,
         Some(v) => Some(chrono::DateTime::parse_from_rfc3339(v).map_err(|_| {
-            format!("send_after '{v}' is not an RFC 3339 time (e.g. 2026-12-06T08:00:00+09:00)")
+            format!(
+                "send_after {} is not an RFC 3339 time (e.g. 2026-12-06T08:00:00+09:00)",
+                quoted(v)
+            )
         })?),
     };
     Ok(Record {
@@ -186,6 +189,23 @@ fn template_data(
     }
     Ok(Some(data))
 }
+
+/// A value from the file as an error line may show it: never one that may be an address (it
+/// is personal data), control characters escaped (a file must not forge a terminal line), at
+/// most [`QUOTED_CHARS`] characters.
+pub fn quoted(value: &str) -> String {
+    if value.contains('@') {
+        return "(a value that may be an address, not shown)".to_string();
+    }
+    let escaped: String = value.chars().flat_map(char::escape_debug).collect();
+    match escaped.char_indices().nth(QUOTED_CHARS) {
+        Some((cut, _)) => format!("'{}…'", &escaped[..cut]),
+        None => format!("'{escaped}'"),
+    }
+}
+
+/// The most of a value an error line quotes.
+pub const QUOTED_CHARS: usize = 40;
 
 /// Appends `value` in COPY text format (backslash escapes).
 pub(super) fn push_copy_text(out: &mut Vec<u8>, value: &str) {
@@ -419,7 +439,7 @@ fn first_record(fields: &[&str], line: u64, delimiter: u8) -> Result<Option<Colu
         Some(Err(reason)) => refuse(reason),
         None if looks_like_a_header(fields) => refuse(format!(
             "a header without a member_id column: expected member_id,email (found {})",
-            fields.join(&char::from(delimiter).to_string())
+            quoted(&fields.join(&char::from(delimiter).to_string()))
         )),
         None => Ok(None),
     }
@@ -541,7 +561,7 @@ mod tests {
     fn a_header_without_member_id_names_the_header_expected_but_data_is_not_a_header() {
         assert_eq!(
             refusal(&["id", "email"], b','),
-            "a header without a member_id column: expected member_id,email (found id,email)"
+            "a header without a member_id column: expected member_id,email (found 'id,email')"
         );
         // Data whose id is not a number is a bad line (reported by check_record), and an
         // address is never echoed as if it were a header.
@@ -623,6 +643,30 @@ mod tests {
         assert!(!err.contains('é'), "the value is never quoted: {err}");
         let fits = "é".repeat(MAX_DATA_VALUE_CHARS);
         assert!(check_record(&["1", &fits, "a@example.com", "gold"], &cols).is_ok());
+    }
+
+    #[test]
+    fn a_quoted_value_is_never_an_address_never_a_control_character_and_never_long() {
+        assert_eq!(quoted("high"), "'high'");
+        assert!(!quoted("h@example.com").contains('@'));
+        let forged = quoted("7\nline 9: all good\x1b[2J");
+        assert!(
+            !forged.contains('\n') && !forged.contains('\x1b'),
+            "{forged}"
+        );
+        assert!(forged.contains("\\n"), "{forged}");
+        let long = quoted(&"9".repeat(200_000));
+        assert!(long.chars().count() <= QUOTED_CHARS + 3, "{}", long.len());
+        let err = check_record(
+            &["1", "a@example.com", "h@example.com"],
+            &Columns {
+                priority: Some(2),
+                width: 3,
+                ..Columns::POSITIONAL
+            },
+        )
+        .unwrap_err();
+        assert!(!err.contains('@'), "{err}");
     }
 
     #[test]

@@ -90,7 +90,7 @@ fn render_state(o: &mut String, s: &Status) {
             let why = p
                 .reason
                 .as_deref()
-                .map(|r| format!(": {r}"))
+                .map(|r| format!(": {}", crate::import::csv::quoted(r)))
                 .unwrap_or_default();
             let _ = writeln!(
                 o,

@@ -333,7 +333,7 @@ async fn a_header_without_member_id_names_the_header_expected(pool: PgPool) {
     let (code, _, err) = import(&pool, "id,email\n1,a@example.com\n", &[]).await;
     assert_eq!(code, exit::DATA_ERROR as i32, "{err}");
     assert!(
-        err.contains("line 1: a header without a member_id column: expected member_id,email (found id,email)"),
+        err.contains("line 1: a header without a member_id column: expected member_id,email (found 'id,email')"),
         "{err}"
     );
     assert_eq!(imported(&pool).await, 0);
