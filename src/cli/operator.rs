@@ -179,6 +179,16 @@ pub(super) async fn known(
     Ok(Some(unknown_campaign(campaign, &names)))
 }
 
+/// A campaign's name as a refusal lists it: control characters escaped, at most 40 characters
+/// (the other system may have inserted any text as a campaign id).
+fn shown_name(name: &str) -> String {
+    let escaped: String = name.chars().flat_map(char::escape_debug).collect();
+    match escaped.char_indices().nth(40) {
+        Some((cut, _)) => format!("{}…", &escaped[..cut]),
+        None => escaped,
+    }
+}
+
 /// The refusal of an unknown campaign, with the known ones and the closest of them.
 pub fn unknown_campaign(campaign: &str, names: &[String]) -> String {
     const SHOWN: usize = 10;
@@ -188,7 +198,7 @@ pub fn unknown_campaign(campaign: &str, names: &[String]) -> String {
         let mut k = names
             .iter()
             .take(SHOWN)
-            .cloned()
+            .map(|n| shown_name(n))
             .collect::<Vec<_>>()
             .join(", ");
         if names.len() > SHOWN {
@@ -202,7 +212,7 @@ pub fn unknown_campaign(campaign: &str, names: &[String]) -> String {
         .filter(|(d, n)| *d <= (n.chars().count() / 3).max(2))
         .min();
     let hint = closest
-        .map(|(_, n)| format!("; did you mean {n}?"))
+        .map(|(_, n)| format!("; did you mean {}?", shown_name(n)))
         .unwrap_or_default();
     format!("no campaign '{campaign}' ({known}{hint}); nothing changed")
 }
@@ -348,5 +358,8 @@ mod tests {
         assert!(unknown_campaign("x", &[]).contains("none yet"));
         let many: Vec<String> = (0..15).map(|i| format!("c{i:02}")).collect();
         assert!(unknown_campaign("zzz", &many).contains("… 5 more"));
+        let odd = vec!["x".repeat(10_000), "evil\ncampaign".to_string()];
+        let said = unknown_campaign("zzz", &odd);
+        assert!(said.len() < 200 && !said.contains('\n'), "{said}");
     }
 }
