@@ -17,6 +17,23 @@ use crate::store::CampaignCounts;
 pub const DONE: u8 = 0;
 /// Interrupted before done (SIGTERM) with time left: a retry continues where this one stopped.
 pub const INCOMPLETE: u8 = 1;
+
+/// The signal that asked this process to stop (0: none yet), noted by `main`.
+static SIGNALLED: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Notes the signal (2 SIGINT, 15 SIGTERM) that asked the process to stop.
+pub fn note_signal(signal: u8) {
+    SIGNALLED.store(signal, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// A command that gives up its work when asked to stop (`import`): 128 + the signal, as a
+/// shell reports it — 130 for SIGINT (Ctrl-C), 143 for SIGTERM; 130 when none was noted.
+pub fn interrupted() -> u8 {
+    128 + match SIGNALLED.load(std::sync::atomic::Ordering::SeqCst) {
+        0 => 2,
+        s => s,
+    }
+}
 /// Permanent failures above `MAX_PERMANENT_FAILURE_RATIO` of the campaign: a person must look.
 pub const TOO_MANY_FAILURES: u8 = 2;
 /// The campaign is paused (`campaign-sender pause`): nothing was sent, or the run stopped when

@@ -47,20 +47,21 @@ fn shutdown_on_signals() -> CancellationToken {
     let token = CancellationToken::new();
     let t = token.clone();
     tokio::spawn(async move {
-        signal().await;
+        exit::note_signal(signal().await);
         t.cancel();
         signal().await;
-        warn!("second signal: exiting now; unwritten rows return after their lease");
+        warn!("second signal: exiting now (a worker's unwritten rows return after their lease; an import is rolled back)");
         std::process::exit(exit::INCOMPLETE as i32);
     });
     token
 }
 
-async fn signal() {
+/// Waits for SIGTERM or SIGINT; returns its number.
+async fn signal() -> u8 {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
     tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => 15,
+        _ = tokio::signal::ctrl_c() => 2,
     }
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
 use tracing::error;
 
 use super::Db;
@@ -30,9 +31,9 @@ pub(super) async fn import_cmd(
     pool: &PgPool,
     db: &Db<'_>,
     campaign_id: &str,
-    file: Option<PathBuf>,
-    skip_invalid: Option<PathBuf>,
+    (file, skip_invalid): (Option<PathBuf>, Option<PathBuf>),
     how: How,
+    shutdown: CancellationToken,
 ) -> u8 {
     if campaign_id.trim().is_empty() {
         eprintln!("--campaign must not be empty");
@@ -54,7 +55,17 @@ pub(super) async fn import_cmd(
         delimiter: how.delimiter,
         allow_empty: how.allow_empty,
     };
-    let result = import::import(&opts, campaign_id, source, rejects, progress).await;
+    // Asked to stop (Ctrl-C, SIGTERM): the import is dropped, its transaction rolled back —
+    // never committed with what was read so far (the producer of a pipe dies with the same
+    // Ctrl-C, and its end of input would look like the end of the file).
+    let result = tokio::select! {
+        r = import::import(&opts, campaign_id, source, rejects, progress) => r,
+        _ = shutdown.cancelled() => {
+            shown.abort();
+            eprintln!("interrupted: the import was rolled back, nothing was imported; run it again");
+            return exit::interrupted();
+        }
+    };
     shown.abort();
     let _ = shown.await;
     match result {

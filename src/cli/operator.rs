@@ -44,7 +44,15 @@ pub async fn dispatch(cmd: Command, pool: &PgPool, db: &Db<'_>, shutdown: Cancel
                 delimiter,
                 allow_empty,
             };
-            return super::import::import_cmd(pool, db, &campaign, file, skip_invalid, how).await;
+            return super::import::import_cmd(
+                pool,
+                db,
+                &campaign,
+                (file, skip_invalid),
+                how,
+                shutdown,
+            )
+            .await;
         }
         Command::Status {
             campaign,

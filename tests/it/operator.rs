@@ -213,6 +213,46 @@ async fn skip_invalid_writes_the_rejects_aside_and_imports_the_rest(pool: PgPool
     assert_eq!(r.inserted, 2, "{r:?}");
 }
 
+/// Ctrl-C (or SIGTERM) during an import rolls it back and exits 128 + the signal, even when
+/// the input then ends (the producer of a pipe dies with the same Ctrl-C).
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn an_interrupted_import_imports_nothing_and_says_so(pool: PgPool) {
+    let db = operator_url(&pool).await;
+    for (signal, code_wanted) in [("-INT", 130), ("-TERM", 143)] {
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_campaign-sender"));
+        cmd.args(["import", "--campaign", CAMPAIGN, "-"])
+            .env_clear()
+            .env("DATABASE_URL", &db)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let body: String = (1..=5_000)
+            .map(|i| format!("{i},m{i}@example.com\n"))
+            .collect();
+        stdin.write_all(body.as_bytes()).await.unwrap();
+        stdin.flush().await.unwrap();
+        // Read and staged: the rows are in the transaction, waiting for the end of input.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let pid = child.id().unwrap().to_string();
+        std::process::Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .unwrap();
+        drop(stdin); // the producer is gone too: end of input
+        let (code, out, err) = finish(child, Duration::from_secs(60)).await;
+        assert_eq!(code, code_wanted, "{signal}: {out}\n{err}");
+        assert!(err.contains("nothing was imported"), "{err}");
+        let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM campaign_targets")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(rows, 0, "{signal}: a partial import was committed");
+    }
+}
+
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn import_reads_stdin_and_reports_what_it_did(pool: PgPool) {
     let db = operator_url(&pool).await;
