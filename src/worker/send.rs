@@ -133,9 +133,10 @@ impl SendTask {
 }
 
 impl SendTask {
-    /// The vendor's daily or monthly quota is used up: this pass stops ("done for now") and the
-    /// coordinator records it for every pod of the key until it frees (the vendor's wait, else
-    /// [`VENDOR_QUOTA_PROBE`]), as `MAIL_DAILY_QUOTA` stops them.
+    /// The vendor's daily or monthly quota is used up: this pod sends nothing more (its pacer
+    /// pauses for the vendor's wait, else [`VENDOR_QUOTA_PROBE`]) and the coordinator records it
+    /// for every pod of the key, whose next round stops their passes ("done for now") as
+    /// `MAIL_DAILY_QUOTA` does — this pod's too: one mechanism stops them all.
     fn on_quota(&self, attempt: &Attempt) {
         if let Attempt::Quota { status, frees_in } = attempt {
             if !self.stop.is_stopped() {
@@ -148,7 +149,6 @@ impl SendTask {
             self.pacer
                 .pause_until(Instant::now() + frees_in.unwrap_or(VENDOR_QUOTA_PROBE));
             self.signals.vendor_quota(*frees_in);
-            self.stop.stop(StopReason::QuotaExhausted);
         }
     }
 }
