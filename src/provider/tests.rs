@@ -832,3 +832,47 @@ fn sts_keys_are_read_with_their_expiry_and_replaced_five_minutes_before_it() {
         "expired keys sign nothing"
     );
 }
+
+#[test]
+fn ses_signs_with_web_identity_keys_once_held_and_hands_them_to_the_client_to_refresh() {
+    let ses = ses::Ses {
+        region: "eu-west-1".into(),
+        host: "email.eu-west-1.amazonaws.com".into(),
+        credentials: std::sync::Arc::new(aws::Source::WebIdentity(aws::WebIdentity::new(
+            "arn:aws:iam::1:role/r".into(),
+            "/nonexistent".into(),
+            "s".into(),
+            "http://127.0.0.1:1/".into(),
+        ))),
+        configuration_set: None,
+    };
+    let d = data();
+    let now = SystemTime::now();
+    assert!(
+        matches!(
+            ses.request(&mail("spring", &d), now),
+            Err(BuildError::Unsigned)
+        ),
+        "no keys yet: nothing is signed"
+    );
+    let Some(aws::Source::WebIdentity(w)) = ses.aws_credentials() else {
+        panic!("the client must be given SES's credentials to refresh them")
+    };
+    w.hold(
+        ses::AwsKeys {
+            access_key_id: "ASIATEMP".into(),
+            secret_access_key: Secret::new("s"),
+            session_token: Some(Secret::new("the-session-token")),
+        },
+        now + Duration::from_secs(3600),
+    );
+    let out = ses.request(&mail("spring", &d), now).unwrap();
+    assert_eq!(
+        out.header_value("x-amz-security-token"),
+        Some("the-session-token")
+    );
+    assert!(out
+        .header_value("authorization")
+        .unwrap()
+        .contains("Credential=ASIATEMP/"));
+}
