@@ -151,9 +151,25 @@ async fn work(db: &DbConfig, serve: Option<bool>, shutdown: CancellationToken) -
         Ok(p) => p,
         Err(code) => return code,
     };
+    let said = shutdown.clone();
+    tokio::spawn(async move {
+        said.cancelled().await;
+        info!(
+            "shutdown requested: no new sends; finishing in-flight requests and releasing the rest"
+        );
+    });
+    let campaign_id = cfg.campaign_id.clone();
+    let store = Store::new(pool.clone(), cfg.campaign_id.clone());
+    let worker = match Worker::new(cfg, store, outage_limit) {
+        Ok(w) => w,
+        Err(e) => {
+            error!(error = %e, "configuration error; nothing sent");
+            return exit::CONFIG;
+        }
+    };
     // A typo in CAMPAIGN_ID would "succeed" with nothing sent (a Job) or idle forever (serve).
     if !wait_for_campaign {
-        match operator::known(&pool, &cfg.campaign_id, false).await {
+        match operator::known(&pool, &campaign_id, false).await {
             Ok(None) => {}
             Ok(Some(refusal)) => {
                 error!("CAMPAIGN_ID: {refusal}");
@@ -162,21 +178,6 @@ async fn work(db: &DbConfig, serve: Option<bool>, shutdown: CancellationToken) -
             Err(e) => return db.report(&e),
         }
     }
-    let said = shutdown.clone();
-    tokio::spawn(async move {
-        said.cancelled().await;
-        info!(
-            "shutdown requested: no new sends; finishing in-flight requests and releasing the rest"
-        );
-    });
-    let store = Store::new(pool, cfg.campaign_id.clone());
-    let worker = match Worker::new(cfg, store, outage_limit) {
-        Ok(w) => w,
-        Err(e) => {
-            error!(error = %e, "configuration error; nothing sent");
-            return exit::CONFIG;
-        }
-    };
     let outcome = if serve {
         worker.serve(shutdown).await
     } else {
