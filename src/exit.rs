@@ -105,6 +105,15 @@ pub fn code(reason: StopReason, mode: Mode, campaign: &CampaignCounts, failure_b
 mod tests {
     use super::*;
 
+    #[test]
+    fn an_interrupted_command_exits_128_plus_its_signal_as_a_shell_reports_it() {
+        assert_eq!(interrupted(), 130, "none noted: as for Ctrl-C");
+        note_signal(15);
+        assert_eq!(interrupted(), 143);
+        note_signal(2);
+        assert_eq!(interrupted(), 130);
+    }
+
     fn counts(failed: i64) -> CampaignCounts {
         CampaignCounts {
             total: 1000,
