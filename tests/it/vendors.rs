@@ -604,3 +604,34 @@ async fn ses_by_web_identity_assumes_the_role_and_refreshes_the_keys_before_they
     );
     assert_eq!(p.fake.stats().requests, before);
 }
+
+/// Postmark's refusal of an inactive recipient with a long message (a few kB, as an answer
+/// listing several addresses may be): read whole, not cut to a fragment that is no JSON.
+async fn long_inactive() -> Response {
+    let message = format!(
+        "You tried to send to recipient(s) that have been marked as inactive. {}",
+        "Found inactive addresses: x. ".repeat(100)
+    );
+    (
+        StatusCode::UNPROCESSABLE_ENTITY,
+        axum::Json(json!({"ErrorCode": 406, "Message": message})),
+    )
+        .into_response()
+}
+
+#[sqlx::test]
+async fn an_answer_of_a_few_kilobytes_is_read_whole(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 1).await;
+    configure_sender(&pool).await;
+    let app = Router::new().route("/email/withTemplate", post(long_inactive));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let report = run_to_end(
+        &pool,
+        vendor_config("postmark", &format!("http://{addr}"), &[]),
+    )
+    .await;
+    assert_eq!(report.stats.failed, 0, "{report:?}");
+    assert_eq!(state_of(&pool, 1).await.0, "suppressed");
+}
