@@ -213,21 +213,26 @@ async fn skip_invalid_writes_the_rejects_aside_and_imports_the_rest(pool: PgPool
     assert_eq!(r.inserted, 2, "{r:?}");
 }
 
+/// `import --campaign CAMPAIGN -` as the operator role, its standard input a pipe to write to.
+fn import_from_stdin(db: &str) -> tokio::process::Child {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_campaign-sender"));
+    cmd.args(["import", "--campaign", CAMPAIGN, "-"])
+        .env_clear()
+        .env("DATABASE_URL", db)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    cmd.spawn().unwrap()
+}
+
 /// Ctrl-C (or SIGTERM) during an import rolls it back and exits 128 + the signal, even when
 /// the input then ends (the producer of a pipe dies with the same Ctrl-C).
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn an_interrupted_import_imports_nothing_and_says_so(pool: PgPool) {
     let db = operator_url(&pool).await;
     for (signal, code_wanted) in [("-INT", 130), ("-TERM", 143)] {
-        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_campaign-sender"));
-        cmd.args(["import", "--campaign", CAMPAIGN, "-"])
-            .env_clear()
-            .env("DATABASE_URL", &db)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = cmd.spawn().unwrap();
+        let mut child = import_from_stdin(&db);
         let mut stdin = child.stdin.take().unwrap();
         let body: String = (1..=5_000)
             .map(|i| format!("{i},m{i}@example.com\n"))
@@ -256,15 +261,7 @@ async fn an_interrupted_import_imports_nothing_and_says_so(pool: PgPool) {
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn import_reads_stdin_and_reports_what_it_did(pool: PgPool) {
     let db = operator_url(&pool).await;
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_campaign-sender"));
-    cmd.args(["import", "--campaign", CAMPAIGN, "-"])
-        .env_clear()
-        .env("DATABASE_URL", &db)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true);
-    let mut child = cmd.spawn().unwrap();
+    let mut child = import_from_stdin(&db);
     let mut stdin = child.stdin.take().unwrap();
     let body: String = (1..=20_000)
         .map(|i| format!("{i},m{i}@example.com\n"))
