@@ -7,9 +7,12 @@
 //!
 //! - [`DbConfig`] (`db.rs`): how to reach PostgreSQL, for every subcommand;
 //! - [`RunConfig`] (`run.rs`): what `run` and `serve` need besides the database.
+//!   `vendor.rs` holds its provider side: the endpoint, the idempotency window the vendor
+//!   allows, SES's credentials.
 
 mod db;
 mod run;
+mod vendor;
 
 use std::fmt;
 

@@ -7,8 +7,6 @@ use serde::{Deserialize, Serialize};
 
 use super::{at_most, positive, ConfigError, FromEnv, Secret, MAX_RATE_PER_S};
 use crate::outcome::{Refusals, RetryPolicy};
-use crate::provider::aws::{Source, WebIdentity};
-use crate::provider::ses::AwsKeys;
 use crate::provider::Kind;
 
 /// What `campaign-sender run` needs besides the database.
@@ -192,7 +190,7 @@ pub struct RunConfig {
     pub hostname: Option<String>,
 }
 
-mod defaults {
+pub(super) mod defaults {
     pub fn batch_size() -> u32 {
         200
     }
@@ -474,134 +472,6 @@ impl RunConfig {
         Ok(())
     }
 
-    /// `IDEMPOTENCY_WINDOW_S` fits the vendor: only one with keys has a window, longer than
-    /// the safety margin (and Resend's at most its 24 h retention).
-    fn validate_idempotency_window(&self) -> Result<(), ConfigError> {
-        let kind = self.mail_provider;
-        match (kind.idempotent(), self.idempotency_window_s) {
-            (false, Some(_)) => Err(ConfigError::new(
-                "IDEMPOTENCY_WINDOW_S",
-                format!("must not be set with MAIL_PROVIDER={}: the vendor has no idempotency key, so an attempt with an unknown outcome is never sent again (its row becomes unconfirmed)", kind.as_str()),
-            )),
-            (true, Some(w)) if kind == Kind::Resend && w > 86_400 => Err(ConfigError::new(
-                "IDEMPOTENCY_WINDOW_S",
-                "must be at most 86400 with MAIL_PROVIDER=resend (Resend keeps a key for 24 h)",
-            )),
-            (true, _) if self.idempotency_window() <= self.idempotency_margin() => Err(ConfigError::new(
-                "IDEMPOTENCY_WINDOW_S",
-                "must exceed CONNECT_TIMEOUT_MS + READ_TIMEOUT_MS + OPTOUT_RECHECK_MS + 1 s (the safety margin); set it to the provider's key retention",
-            )),
-            _ => Ok(()),
-        }
-    }
-
-    /// How long the vendor suppresses a repeated key: `IDEMPOTENCY_WINDOW_S` (default 24 h)
-    /// for a vendor with keys, zero for one without.
-    pub fn idempotency_window(&self) -> Duration {
-        if !self.mail_provider.idempotent() {
-            return Duration::ZERO;
-        }
-        Duration::from_secs(
-            self.idempotency_window_s
-                .unwrap_or_else(defaults::idempotency_window_s),
-        )
-    }
-
-    /// The base URL requests go to: `MAIL_URL` (checked: for `json` the whole URL; for a
-    /// vendor a base URL without a path), else the vendor's public endpoint.
-    pub fn mail_base(&self) -> Result<reqwest::Url, ConfigError> {
-        let kind = self.mail_provider;
-        let url = match (
-            &self.mail_url,
-            kind.default_base(self.aws_region.as_deref()),
-        ) {
-            (Some(u), _) => u.clone(),
-            (None, Some(base)) => base,
-            (None, None) if kind == Kind::Ses => {
-                return Err(ConfigError::new(
-                    "AWS_REGION",
-                    "is required with MAIL_PROVIDER=ses (e.g. eu-west-1)",
-                ))
-            }
-            (None, None) => {
-                return Err(ConfigError::new(
-                    "MAIL_URL",
-                    "is required but not set (with MAIL_PROVIDER=json: the whole endpoint URL)",
-                ))
-            }
-        };
-        let parsed = check_mail_url(&url)?;
-        if kind != Kind::Json && !matches!(parsed.path(), "" | "/") {
-            return Err(ConfigError::new(
-                "MAIL_URL",
-                format!(
-                    "must be a base URL scheme://host[:port] with MAIL_PROVIDER={}: the profile appends its own path (got '{}')",
-                    kind.as_str(),
-                    masked_url(&url)
-                ),
-            ));
-        }
-        Ok(parsed)
-    }
-
-    /// The SigV4 credentials (`ses`), as the standard AWS chain finds them: `AWS_ACCESS_KEY_ID`
-    /// and `AWS_SECRET_ACCESS_KEY` (with `AWS_SESSION_TOKEN` for temporary ones) first, else web
-    /// identity (`AWS_ROLE_ARN` and `AWS_WEB_IDENTITY_TOKEN_FILE`).
-    pub fn aws_credentials(&self) -> Result<Source, ConfigError> {
-        let set = |v: &Option<String>| v.clone().filter(|s| !s.trim().is_empty());
-        let secret = self
-            .aws_secret_access_key
-            .clone()
-            .filter(|k| !k.expose().trim().is_empty());
-        match (set(&self.aws_access_key_id), secret) {
-            (Some(access_key_id), Some(secret_access_key)) => {
-                return Ok(Source::Static(AwsKeys {
-                    access_key_id,
-                    secret_access_key,
-                    session_token: self.aws_session_token.clone(),
-                }))
-            }
-            (Some(_), None) => {
-                return Err(ConfigError::new(
-                    "AWS_SECRET_ACCESS_KEY",
-                    "is required with AWS_ACCESS_KEY_ID (MAIL_PROVIDER=ses)",
-                ))
-            }
-            (None, Some(_)) => {
-                return Err(ConfigError::new(
-                    "AWS_ACCESS_KEY_ID",
-                    "is required with AWS_SECRET_ACCESS_KEY (MAIL_PROVIDER=ses)",
-                ))
-            }
-            (None, None) => {}
-        }
-        match (set(&self.aws_role_arn), set(&self.aws_web_identity_token_file)) {
-            (Some(role), Some(file)) => {
-                let region = self.aws_region.clone().unwrap_or_default();
-                let sts = set(&self.aws_endpoint_url_sts)
-                    .unwrap_or_else(|| format!("https://sts.{region}.amazonaws.com"));
-                reqwest::Url::parse(&sts).map_err(|e| {
-                    ConfigError::new("AWS_ENDPOINT_URL_STS", format!("is not a URL: {e}"))
-                })?;
-                let session = set(&self.aws_role_session_name)
-                    .unwrap_or_else(|| format!("campaign-sender-{}", self.worker_name()));
-                Ok(Source::WebIdentity(WebIdentity::new(role, file, session, sts)))
-            }
-            (Some(_), None) => Err(ConfigError::new(
-                "AWS_WEB_IDENTITY_TOKEN_FILE",
-                "is required with AWS_ROLE_ARN (web identity; MAIL_PROVIDER=ses)",
-            )),
-            (None, Some(_)) => Err(ConfigError::new(
-                "AWS_ROLE_ARN",
-                "is required with AWS_WEB_IDENTITY_TOKEN_FILE (web identity; MAIL_PROVIDER=ses)",
-            )),
-            (None, None) => Err(ConfigError::new(
-                "AWS_ACCESS_KEY_ID",
-                "is required with MAIL_PROVIDER=ses, or AWS_ROLE_ARN and AWS_WEB_IDENTITY_TOKEN_FILE for web identity (docs/OPERATIONS.md)",
-            )),
-        }
-    }
-
     pub fn worker_name(&self) -> String {
         if let Some(id) = &self.worker_id {
             return id.clone();
@@ -710,47 +580,6 @@ impl RunConfig {
             retry_after_cap: Duration::from_secs(self.retry_after_max_s),
             resend_unknown: self.mail_provider.idempotent(),
         }
-    }
-}
-
-/// `MAIL_URL` is an `http://` or `https://` URL with a host. A value without a scheme
-/// (`127.0.0.1:18080/v1/send`, `localhost:18080/v1/send`) is the common mistake: the message
-/// says what to add, quoting the value with any credentials in it masked.
-fn check_mail_url(url: &str) -> Result<reqwest::Url, ConfigError> {
-    let scheme_ok = url.starts_with("http://") || url.starts_with("https://");
-    if !scheme_ok {
-        return Err(ConfigError::new(
-            "MAIL_URL",
-            format!(
-                "must start with http:// or https:// (got '{}')",
-                masked_url(url)
-            ),
-        ));
-    }
-    match reqwest::Url::parse(url) {
-        Ok(u) if u.host().is_some() => Ok(u),
-        Ok(_) => Err(ConfigError::new(
-            "MAIL_URL",
-            format!("has no host (got '{}')", masked_url(url)),
-        )),
-        Err(e) => Err(ConfigError::new(
-            "MAIL_URL",
-            format!("is not a URL: {e} (got '{}')", masked_url(url)),
-        )),
-    }
-}
-
-/// `url` with anything before an `@` in its authority (a user and password) replaced.
-fn masked_url(url: &str) -> String {
-    let (scheme, rest) = match url.split_once("://") {
-        Some((s, r)) => (format!("{s}://"), r),
-        None => (String::new(), url),
-    };
-    let end = rest.find('/').unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(end);
-    match authority.rfind('@') {
-        Some(i) => format!("{scheme}[redacted]@{}{path}", &authority[i + 1..]),
-        None => url.to_string(),
     }
 }
 

@@ -21,6 +21,8 @@
 //! `tls::a_provider_behind_a_private_ca_is_trusted_only_with_mail_ca_file`.
 
 mod answer;
+#[cfg(test)]
+mod answer_tests;
 pub mod aws;
 pub mod json;
 mod kind;
