@@ -187,14 +187,10 @@ pub(super) async fn known(
     Ok(Some(unknown_campaign(campaign, &names)))
 }
 
-/// A campaign's name as a refusal lists it: control characters escaped, at most 40 characters
-/// (the other system may have inserted any text as a campaign id).
+/// A campaign's name as a refusal lists it: escaped, at most 40 characters (the other system
+/// may have inserted any text as a campaign id).
 fn shown_name(name: &str) -> String {
-    let escaped: String = name.chars().flat_map(char::escape_debug).collect();
-    match escaped.char_indices().nth(40) {
-        Some((cut, _)) => format!("{}…", &escaped[..cut]),
-        None => escaped,
-    }
+    crate::import::csv::escaped_cut(name, 40)
 }
 
 /// The refusal of an unknown campaign, with the known ones and the closest of them.

@@ -197,10 +197,16 @@ pub fn quoted(value: &str) -> String {
     if value.contains('@') {
         return "(a value that may be an address, not shown)".to_string();
     }
+    format!("'{}'", escaped_cut(value, QUOTED_CHARS))
+}
+
+/// `value` with its control characters escaped, cut after `max` characters (`…` marks a cut):
+/// any text from outside as one harmless line.
+pub fn escaped_cut(value: &str, max: usize) -> String {
     let escaped: String = value.chars().flat_map(char::escape_debug).collect();
-    match escaped.char_indices().nth(QUOTED_CHARS) {
-        Some((cut, _)) => format!("'{}…'", &escaped[..cut]),
-        None => format!("'{escaped}'"),
+    match escaped.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &escaped[..cut]),
+        None => escaped,
     }
 }
 
