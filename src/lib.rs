@@ -20,6 +20,7 @@
 //!
 //! Around it:
 //! - [`config`]: typed environment configuration, defaults, validation (exit 78), secrets;
+//! - [`campaign_id`]: the one alphabet of campaign ids (they travel in headers and tags);
 //! - [`exit`]: exit codes and the one rule from how a run stopped to its code;
 //! - [`report`]: per-process counters and the run report;
 //! - [`metrics`]: Prometheus metric names and the exporter;
@@ -31,6 +32,7 @@
 //! The fake provider and the load harnesses are crates of their own (`fake-provider/`,
 //! `loadtest/`), so they never reach the production binary.
 
+pub mod campaign_id;
 pub mod cli;
 pub mod config;
 pub mod exit;

@@ -35,10 +35,6 @@ pub(super) async fn import_cmd(
     how: How,
     shutdown: CancellationToken,
 ) -> u8 {
-    if campaign_id.trim().is_empty() {
-        eprintln!("--campaign must not be empty");
-        return exit::CONFIG;
-    }
     let (input, total_bytes) = match open_input(file) {
         Ok(i) => i,
         Err(code) => return code,

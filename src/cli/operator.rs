@@ -22,6 +22,10 @@ use crate::window::SendWindow;
 
 /// Runs one operator command on a pool over a migrated database.
 pub async fn dispatch(cmd: Command, pool: &PgPool, db: &Db<'_>, shutdown: CancellationToken) -> u8 {
+    if let Some(refusal) = new_campaign(&cmd).and_then(invalid_id) {
+        eprintln!("{refusal}");
+        return exit::CONFIG;
+    }
     if let Some((campaign, create)) = named_campaign(&cmd) {
         match known(pool, campaign, create).await {
             Ok(None) => {}
@@ -153,6 +157,27 @@ pub async fn dispatch(cmd: Command, pool: &PgPool, db: &Db<'_>, shutdown: Cancel
     }
 }
 
+/// The campaign id a command may make (`import`, `configure --create`): it must be one that can
+/// travel ([`crate::campaign_id`]). The other commands take any existing id, so a campaign made
+/// before the rule can still be seen, paused and archived.
+fn new_campaign(cmd: &Command) -> Option<&str> {
+    match cmd {
+        Command::Import { campaign, .. } => Some(campaign),
+        Command::Configure {
+            campaign,
+            create: true,
+            ..
+        } => Some(campaign),
+        _ => None,
+    }
+}
+
+/// The refusal of a campaign id that cannot travel, if `id` is one.
+fn invalid_id(id: &str) -> Option<String> {
+    crate::campaign_id::problem(id)
+        .map(|p| format!("--campaign '{}' {p}; nothing changed", shown_name(id)))
+}
+
 /// The campaign a command names and must find (with `configure --create`, may create); `None`
 /// for `import`, which loads new campaigns.
 fn named_campaign(cmd: &Command) -> Option<(&str, bool)> {
@@ -218,7 +243,10 @@ pub fn unknown_campaign(campaign: &str, names: &[String]) -> String {
     let hint = closest
         .map(|(_, n)| format!("; did you mean {}?", shown_name(n)))
         .unwrap_or_default();
-    format!("no campaign '{campaign}' ({known}{hint}); nothing changed")
+    format!(
+        "no campaign '{}' ({known}{hint}); nothing changed",
+        shown_name(campaign)
+    )
 }
 
 pub(super) fn at(t: &chrono::DateTime<chrono::Utc>) -> String {

@@ -147,3 +147,22 @@ pub(crate) fn positive(var: &str, value: u64) -> Result<(), ConfigError> {
     }
     Ok(())
 }
+
+/// Why `WORKER_ID` cannot name this process, if it cannot: it goes into the `User-Agent` header,
+/// the STS session name and `status`, so it is a pod name's alphabet (`[A-Za-z0-9._-]`, at most
+/// 253 characters, a DNS subdomain's bound).
+pub(crate) fn worker_id_problem(id: &str) -> Option<String> {
+    if id.is_empty() {
+        return Some("is set but empty; unset it or give a name".into());
+    }
+    if let Some(c) = id
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Some(format!(
+            "holds {}; a worker id is a pod name: only A-Z a-z 0-9 . _ -",
+            crate::campaign_id::shown_char(c)
+        ));
+    }
+    (id.len() > 253).then(|| format!("is {} characters long; at most 253", id.len()))
+}

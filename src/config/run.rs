@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{at_most, positive, ConfigError, FromEnv, Secret, MAX_RATE_PER_S};
+use super::{at_most, positive, worker_id_problem, ConfigError, FromEnv, Secret, MAX_RATE_PER_S};
 use crate::outcome::{Refusals, RetryPolicy};
 use crate::provider::Kind;
 
@@ -364,8 +364,11 @@ impl RunConfig {
     }
 
     fn validate_campaign_and_provider(&self) -> Result<(), ConfigError> {
-        if self.campaign_id.trim().is_empty() {
-            return Err(ConfigError::new("CAMPAIGN_ID", "must not be empty"));
+        if let Some(problem) = crate::campaign_id::problem(&self.campaign_id) {
+            return Err(ConfigError::new("CAMPAIGN_ID", problem));
+        }
+        if let Some(id) = &self.worker_id {
+            worker_id_problem(id).map_or(Ok(()), |p| Err(ConfigError::new("WORKER_ID", p)))?;
         }
         self.mail_base()?;
         self.mail_roots()?;

@@ -94,23 +94,6 @@ pub struct Letter {
     pub reply_to: Option<String>,
 }
 
-/// The characters SES and Resend allow in a tag value (`[A-Za-z0-9_-]`, at most 256): why
-/// `value` is not one, if it is not.
-pub fn tag_safe(value: &str) -> Option<String> {
-    if value.is_empty() || value.len() > 256 {
-        return Some("must be 1 to 256 characters to travel as the vendor's tag".into());
-    }
-    value
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
-        .map(|c| {
-            format!(
-                "holds {:?}, which the vendor's tags do not allow (only A-Z a-z 0-9 _ -)",
-                c.escape_default().to_string()
-            )
-        })
-}
-
 /// The idempotency key of one recipient of one campaign. Never includes the attempt.
 pub fn idempotency_key(campaign_id: &str, member_id: i64) -> String {
     format!("{campaign_id}:{member_id}")

@@ -40,7 +40,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::config::{ConfigError, RunConfig};
 use crate::outcome::{Attempt, ErrorClass};
-pub use kind::{host_of, idempotency_key, tag_safe, Kind, Letter};
+pub use kind::{host_of, idempotency_key, Kind, Letter};
 pub use profile::{Answer, Body, BuildError, Mail, Outgoing, Profile};
 
 /// At most this much of a response body is read (and then dropped): enough to keep the
@@ -151,11 +151,6 @@ impl Provider {
     /// Whether the vendor needs a sender (`configure --from`): all but our JSON contract.
     pub fn needs_sender(&self) -> bool {
         self.profile.needs_sender()
-    }
-
-    /// Why the campaign id cannot travel in this vendor's metadata, if it cannot.
-    pub fn campaign_id_problem(&self) -> Option<String> {
-        self.profile.campaign_id_problem(&self.campaign_id)
     }
 
     /// The URL a request with `path` goes to: `MAIL_URL` itself for the JSON contract (empty

@@ -153,12 +153,6 @@ pub trait Profile: Send + Sync + 'static {
         true
     }
 
-    /// Why `campaign_id` cannot travel in this vendor's metadata (its charset), if it cannot:
-    /// checked when a worker starts (exit 78), never discovered row by row.
-    fn campaign_id_problem(&self, _campaign_id: &str) -> Option<String> {
-        None
-    }
-
     /// The request for `mail`, at `now` (SigV4 signs the time).
     fn request(&self, mail: &Mail<'_>, now: SystemTime) -> Result<Outgoing, BuildError>;
 

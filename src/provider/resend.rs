@@ -21,8 +21,8 @@ use std::time::SystemTime;
 use serde_json::json;
 
 use super::answer;
+use super::idempotency_key;
 use super::profile::{Answer, Body, BuildError, Mail, Outgoing, Profile};
-use super::{idempotency_key, tag_safe};
 use crate::config::Secret;
 use crate::outcome::{Attempt, ErrorClass};
 
@@ -33,10 +33,6 @@ pub struct Resend {
 }
 
 impl Profile for Resend {
-    fn campaign_id_problem(&self, campaign_id: &str) -> Option<String> {
-        tag_safe(campaign_id)
-    }
-
     fn request(&self, mail: &Mail<'_>, _now: SystemTime) -> Result<Outgoing, BuildError> {
         let mut body = json!({
             "from": mail.from.unwrap_or_default(),

@@ -31,7 +31,6 @@ use std::sync::Arc;
 use super::answer;
 use super::aws::Source;
 use super::profile::{Answer, Body, BuildError, Mail, Outgoing, Profile};
-use super::tag_safe;
 use crate::config::Secret;
 use crate::outcome::{Attempt, Refusal};
 
@@ -137,10 +136,6 @@ fn signed_name(name: &str) -> Option<&'static str> {
 }
 
 impl Profile for Ses {
-    fn campaign_id_problem(&self, campaign_id: &str) -> Option<String> {
-        tag_safe(campaign_id)
-    }
-
     fn aws_credentials(&self) -> Option<&Source> {
         Some(&self.credentials)
     }

@@ -320,37 +320,6 @@ fn a_sender_with_a_name_and_a_reply_to_travel_in_each_vendors_fields() {
 }
 
 #[test]
-fn only_tag_safe_campaign_ids_travel_to_ses_and_resend() {
-    assert_eq!(tag_safe("spring-sale_2026"), None);
-    assert_eq!(tag_safe(&"x".repeat(256)), None);
-    for bad in ["spring sale", "c1:42", "café", "", &"x".repeat(257)] {
-        assert!(tag_safe(bad).is_some(), "{bad:?}");
-    }
-    let p = resend::Resend {
-        api_key: Secret::new("k"),
-    };
-    assert!(p.campaign_id_problem("a b").unwrap().contains("\" \""));
-    let ses = ses::Ses {
-        region: "us-east-1".into(),
-        host: "h".into(),
-        credentials: std::sync::Arc::new(aws::Source::Static(ses::AwsKeys {
-            access_key_id: "A".into(),
-            secret_access_key: Secret::new("s"),
-            session_token: None,
-        })),
-        configuration_set: None,
-    };
-    assert_eq!(ses.campaign_id_problem("spring-sale"), None);
-    assert_eq!(ses.campaign_id_problem("a:b"), tag_safe("a:b"));
-    assert!(ses.campaign_id_problem("a:b").unwrap().contains("\":\""));
-    let j = json::Json {
-        api_key: None,
-        refusals: crate::outcome::Refusals::default(),
-    };
-    assert_eq!(j.campaign_id_problem("a b"), None);
-}
-
-#[test]
 fn each_kind_has_its_name_its_endpoint_and_says_whether_it_honours_keys() {
     for k in Kind::ALL {
         assert_eq!(k.as_str().parse::<Kind>(), Ok(k));

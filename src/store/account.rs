@@ -66,8 +66,9 @@ impl QuotaState {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct KeyState {
     pub key: String,
-    /// The limit in force: the live override, else the smallest configured among live pods.
-    pub limit_per_s: f64,
+    /// The limit in force: the live override, else the smallest configured among live pods;
+    /// `None` when neither is there (no pod is live to bring its `MAIL_RATE_PER_S`).
+    pub limit_per_s: Option<f64>,
     /// `campaign-sender limit --rate`, if set.
     pub override_per_s: Option<f64>,
     /// After AIMD cuts on 429s.
@@ -142,7 +143,7 @@ async fn state_of(pool: &PgPool, r: KeyRow) -> Result<KeyState, sqlx::Error> {
     };
     Ok(KeyState {
         members: members(pool, &r.limit_key).await?,
-        limit_per_s: r.override_per_s.or(r.configured_per_s).unwrap_or(0.0),
+        limit_per_s: r.override_per_s.or(r.configured_per_s),
         override_per_s: r.override_per_s,
         effective_per_s: r.effective_per_s,
         paused_for_s: r.paused_for_s.filter(|s| *s > 0.0),

@@ -105,12 +105,9 @@ pub struct Worker {
 
 impl Worker {
     /// A worker for `cfg`'s campaign on `store`. Fails if the HTTP client cannot be built
-    /// ([`Provider::new`]) or the campaign id cannot travel in the vendor's metadata.
+    /// ([`Provider::new`]).
     pub fn new(cfg: RunConfig, store: Store, outage_limit: Duration) -> Result<Self, ConfigError> {
         let provider = Provider::new(&cfg)?;
-        if let Some(problem) = provider.campaign_id_problem() {
-            return Err(ConfigError::new("CAMPAIGN_ID", problem));
-        }
         let pacer = Pacer::new();
         let (coordinator, signals) = Coordinator::new(
             store.pool().clone(),

@@ -316,4 +316,17 @@ async fn a_live_limit_is_adopted_by_running_pods_within_a_second_both_ways(pool:
     let _ = (a.await, b.await);
     assert!(t0.elapsed() < Duration::from_secs(10));
     assert_eq!(p.fake.stats().throttled_429, 0);
+
+    // Every pod gone, no live limit: no rate is in force, and none is made up (#34 item 10).
+    for args in [
+        &["limit", "--key", KEY][..],
+        &["status", "--campaign", CAMPAIGN],
+    ] {
+        let (code, out, err) = operator(&pool, args).await;
+        assert_eq!(code, 0, "{args:?}: {err}");
+        assert!(
+            out.contains("no limit in force") && !out.contains(" 0/s"),
+            "{args:?}: {out}"
+        );
+    }
 }

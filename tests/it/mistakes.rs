@@ -277,9 +277,19 @@ async fn a_mail_url_without_its_scheme_says_to_add_it(pool: PgPool) {
 
 /// `import` of `text` (stdin) with `args`: (exit code, stdout, stderr).
 async fn import(pool: &PgPool, text: &str, args: &[&str]) -> (i32, String, String) {
+    import_as(pool, CAMPAIGN, text, args).await
+}
+
+/// `import --campaign CAMPAIGN` of `text` (stdin) with `args`.
+async fn import_as(
+    pool: &PgPool,
+    campaign: &str,
+    text: &str,
+    args: &[&str],
+) -> (i32, String, String) {
     use tokio::io::AsyncWriteExt;
     let db = operator_url(pool).await;
-    let cmd = [&["import", "--campaign", CAMPAIGN][..], args, &["-"]].concat();
+    let cmd = [&["import", "--campaign", campaign][..], args, &["-"]].concat();
     let mut child = {
         let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_campaign-sender"));
         c.args(&cmd)
@@ -430,4 +440,79 @@ async fn status_watch_stopped_by_sigterm_ends_quietly(pool: PgPool) {
         !err.contains("in-flight") && !err.contains("shutdown requested"),
         "{err}"
     );
+}
+
+/// #34 item 7: one alphabet of campaign ids (`campaign_id::problem`), refused where an id is
+/// made and where it is sent, naming the character; a campaign made before the rule can still
+/// be looked at. A newline in `WORKER_ID` is blamed on `WORKER_ID`, not on `MAIL_URL`.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_campaign_id_that_cannot_travel_is_refused_where_it_is_made_and_sent(pool: PgPool) {
+    let csv = "member_id,email\n1,a@example.com\n";
+    for (id, shown) in [
+        ("spring\nsale", r"'\n' (U+000A)"),
+        ("café", "'é' (U+00E9)"),
+        ("a:b", "':' (U+003A)"),
+    ] {
+        let (code, _, err) = import_as(&pool, id, csv, &[]).await;
+        assert_eq!(code, exit::CONFIG as i32, "{id:?}: {err}");
+        assert!(
+            err.contains(shown) && err.contains("A-Z a-z 0-9 _ -"),
+            "{id:?}: {err}"
+        );
+        let args = ["configure", "--campaign", id, "--template", "t", "--create"];
+        let (code, _, err) = operator(&pool, &args, &[]).await;
+        assert_eq!(code, exit::CONFIG as i32, "{id:?}: {err}");
+        assert!(err.contains(shown), "{id:?}: {err}");
+    }
+    let long = "x".repeat(129);
+    let (code, _, err) = import_as(&pool, &long, csv, &[]).await;
+    assert_eq!(code, exit::CONFIG as i32, "{err}");
+    assert!(err.contains("at most 128") && err.len() < 400, "{err}");
+    assert_eq!(imported(&pool).await, 0, "a row was imported");
+    assert_eq!(settings_rows(&pool).await, 0, "a settings row was created");
+
+    // Written by another system before the rule: seen, not sent.
+    seed(&pool, "legacy.id", 3).await;
+    let (code, out, err) = operator(&pool, &["status", "--campaign", "legacy.id"], &[]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let db = worker_url(&pool).await;
+    let run = |env: Vec<(&'static str, String)>| {
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        spawn_sender(&["run"], &db, &env)
+    };
+    let mail_url = format!("http://{}/v1/send", refused_addr());
+    let (code, _, err) = finish(
+        run(vec![
+            ("CAMPAIGN_ID", "legacy.id".into()),
+            ("MAIL_URL", mail_url.clone()),
+        ]),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(code, exit::CONFIG as i32, "{err}");
+    assert!(
+        err.contains("CAMPAIGN_ID") && err.contains("'.' (U+002E)"),
+        "{err}"
+    );
+    let (code, _, err) = finish(
+        run(vec![
+            ("CAMPAIGN_ID", CAMPAIGN.into()),
+            ("MAIL_URL", mail_url),
+            ("WORKER_ID", "pod-1\nforged".into()),
+        ]),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(code, exit::CONFIG as i32, "{err}");
+    assert!(
+        err.contains("WORKER_ID") && !err.contains("MAIL_URL"),
+        "{err}"
+    );
+    let pending: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM campaign_targets WHERE campaign_id = 'legacy.id' AND state = 'pending'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(pending, 3, "a row of the legacy campaign was touched");
 }

@@ -729,7 +729,7 @@ async fn status_lists_live_workers_with_their_rate_share(pool: PgPool) {
     cancel.cancel();
     run.await.unwrap().unwrap();
     let key = &s.limits[0];
-    assert_eq!(key.limit_per_s, 200.0);
+    assert_eq!(key.limit_per_s, Some(200.0));
     assert_eq!(key.members.len(), 1);
     assert_eq!(key.members[0].worker, "test-worker");
     assert!(s.eta_s.is_some_and(|e| e > 10.0), "{s:?}");
