@@ -25,6 +25,9 @@
 -- temporary table), retry-failed's update, the campaigns table, and on rate_limits the refusal
 -- (`resume` lifts it) and the live limit (`limit`). Neither role can create, alter or
 -- drop anything, or read another table.
+-- campaign_sender_events (`events`, the vendors' webhooks): records each event once
+-- (provider_events, webhook_tokens), lists an address (suppressions) and settles a row whose
+-- attempt had an unknown outcome (the delivery columns of campaign_targets).
 -- campaign_sender_keda (KEDA's backlog query, manifests/overlays/deployment/scaledobject.yaml):
 -- reads only the columns that query needs, never an address or a result.
 
@@ -44,6 +47,13 @@ $$;
 
 DO $$
 BEGIN
+    CREATE ROLE campaign_sender_events LOGIN;
+EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;  -- exists, or created concurrently
+END
+$$;
+
+DO $$
+BEGIN
     CREATE ROLE campaign_sender_keda LOGIN;
 EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;  -- exists, or created concurrently
 END
@@ -51,9 +61,20 @@ $$;
 
 -- Nothing by default: only the grants below.
 REVOKE ALL ON campaign_targets, rate_limits, rate_pods, rate_usage, campaigns, run_budgets,
-    suppressions, campaign_archive, archived_campaigns, _sqlx_migrations FROM campaign_sender_worker, campaign_sender_operator, campaign_sender_keda;
+    suppressions, campaign_archive, archived_campaigns, _sqlx_migrations, provider_events,
+    webhook_tokens FROM campaign_sender_worker, campaign_sender_operator, campaign_sender_keda,
+    campaign_sender_events;
 GRANT USAGE ON SCHEMA public TO campaign_sender_worker, campaign_sender_operator,
-    campaign_sender_keda;
+    campaign_sender_keda, campaign_sender_events;
+
+GRANT SELECT, INSERT ON provider_events TO campaign_sender_events;
+GRANT SELECT, INSERT, DELETE ON webhook_tokens TO campaign_sender_events;
+GRANT SELECT, INSERT ON suppressions TO campaign_sender_events;
+GRANT SELECT ON campaign_targets TO campaign_sender_events;
+GRANT UPDATE (state, lease_until, claim_id, updated_at, started_at, unknown_since,
+              provider_message_id)
+    ON campaign_targets TO campaign_sender_events;
+GRANT SELECT ON _sqlx_migrations TO campaign_sender_events;
 
 GRANT SELECT ON campaign_targets TO campaign_sender_worker;
 GRANT UPDATE (state, attempts, not_before, lease_until, claim_id, last_status, last_error,
@@ -91,6 +112,8 @@ GRANT UPDATE (state, attempts, not_before, lease_until, updated_at, sent_at, las
               unknown_since)
     ON campaign_targets TO campaign_sender_operator;
 GRANT SELECT, INSERT, UPDATE, DELETE ON suppressions TO campaign_sender_operator;
+-- status shows a campaign's funnel from the events.
+GRANT SELECT ON provider_events TO campaign_sender_operator;
 -- `status` of an archived campaign; `archive` itself runs as the owner (it deletes rows).
 GRANT SELECT ON campaign_archive, archived_campaigns TO campaign_sender_operator;
 GRANT SELECT, INSERT, UPDATE ON campaigns TO campaign_sender_operator;

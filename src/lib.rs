@@ -25,6 +25,8 @@
 //! - [`report`]: per-process counters and the run report;
 //! - [`metrics`]: Prometheus metric names and the exporter;
 //! - [`telemetry`]: tracing setup (JSON in pods);
+//! - [`events`]: `campaign-sender events`, the vendors' signed webhooks: suppressions from
+//!   bounces and complaints, settled rows from deliveries;
 //! - [`import`]: CSV → `COPY` → checks → idempotent insert, in one transaction;
 //! - [`status`]: what `status` shows (counts, rate, ETA, pause, pods, failure reasons);
 //! - [`cli`]: the subcommands, for the binary (`src/main.rs`), which owns signals and the exit.
@@ -35,6 +37,7 @@
 pub mod campaign_id;
 pub mod cli;
 pub mod config;
+pub mod events;
 pub mod exit;
 pub mod import;
 pub mod metrics;

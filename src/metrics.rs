@@ -11,6 +11,15 @@ use std::time::Duration;
 
 use metrics::{counter, gauge, histogram};
 
+/// Vendor events recorded (`events`), new ones only, by `vendor`, `campaign` (or `unknown`)
+/// and `what` (the funnel: delivered, hard_bounce, complaint, …; `unmatched` for events naming
+/// no campaign or member of ours).
+pub const EVENTS_TOTAL: &str = "campaign_sender_events_total";
+/// Webhook requests refused before anything was stored, by `vendor` and `reason` (unsigned,
+/// bad_signature, stale, replayed, foreign, cert_unavailable).
+pub const EVENTS_REFUSED_TOTAL: &str = "campaign_sender_events_refused_total";
+/// Webhook requests answered 503 because the database did not record them in time.
+pub const EVENTS_UNAVAILABLE_TOTAL: &str = "campaign_sender_events_unavailable_total";
 /// Rows settled by this process, by `outcome`: sent, retry, failed, released, opted_out, deferred.
 pub const SENDS_TOTAL: &str = "campaign_sender_sends_total";
 /// One provider request, from start to answer (or timeout).

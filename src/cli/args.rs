@@ -31,6 +31,10 @@ pub enum Command {
         #[arg(long)]
         wait_for_campaign: bool,
     },
+    /// Listen for the vendors' signed webhooks (EVENTS_ADDR, default 0.0.0.0:8080): bounces,
+    /// complaints and unsubscribes suppress the address, deliveries settle unconfirmed rows.
+    /// SIGTERM stops it after the requests in flight.
+    Events,
     /// Load recipients from CSV (`member_id,email`, header optional) into a campaign, in one
     /// transaction: any invalid or repeated line and nothing is imported (exit 65), unless
     /// --skip-invalid names a file for the rejects. Rows the campaign already has are left

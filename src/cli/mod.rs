@@ -54,6 +54,7 @@ pub async fn run(cli: Cli, shutdown: CancellationToken) -> u8 {
         Command::Migrate => migrate(&db).await,
         Command::Run => work(&db, None, shutdown).await,
         Command::Serve { wait_for_campaign } => work(&db, Some(wait_for_campaign), shutdown).await,
+        Command::Events => events(&db, shutdown).await,
         operator => {
             let db = Db::new(&db, Who::Operator);
             let pool = match db.ready_pool(Patience::Interactive, Duration::ZERO).await {
@@ -127,6 +128,60 @@ async fn migrate(cfg: &DbConfig) -> u8 {
             } else {
                 1
             }
+        }
+    }
+}
+
+/// `events`: the webhook server, until `shutdown` (the requests in flight finish first).
+async fn events(db: &DbConfig, shutdown: CancellationToken) -> u8 {
+    let cfg = match crate::config::EventsConfig::from_env() {
+        Ok(c) => c,
+        Err(e) => return config_failure(e),
+    };
+    let (addr, listeners) = match cfg.socket().and_then(|a| Ok((a, cfg.listeners()?))) {
+        Ok(x) => x,
+        Err(e) => return config_failure(e),
+    };
+    if let Some(m) = cfg.metrics_addr.as_ref().and_then(|a| a.parse().ok()) {
+        let name = std::env::var("HOSTNAME").unwrap_or_else(|_| "events".into());
+        if let Err(e) = crate::metrics::install(m, &name) {
+            eprintln!("configuration error: METRICS_ADDR: cannot serve metrics on {m} ({e})");
+            return exit::CONFIG;
+        }
+    }
+    let db = Db::new(db, Who::Worker);
+    let pool = match db
+        .ready_pool(
+            Patience::Worker,
+            Duration::from_secs(db.cfg.db_connect_retry_s),
+        )
+        .await
+    {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("configuration error: EVENTS_ADDR: cannot listen on {addr} ({e})");
+            return exit::CONFIG;
+        }
+    };
+    info!(%addr, "listening for the vendors' events");
+    tokio::spawn(crate::events::server::prune_tokens(
+        pool.clone(),
+        shutdown.clone(),
+    ));
+    let app = crate::events::server::router(pool, listeners);
+    let stop = shutdown.clone();
+    match axum::serve(listener, app)
+        .with_graceful_shutdown(async move { stop.cancelled().await })
+        .await
+    {
+        Ok(()) => exit::DONE,
+        Err(e) => {
+            error!(error = %e, "the events server failed");
+            1
         }
     }
 }

@@ -9,8 +9,10 @@
 //! - [`RunConfig`] (`run.rs`): what `run` and `serve` need besides the database.
 //!   `vendor.rs` holds its provider side: the endpoint, the idempotency window the vendor
 //!   allows, SES's credentials.
+//! - [`EventsConfig`] (`events.rs`): the webhook server's address, bounds and vendor secrets.
 
 mod db;
+mod events;
 mod run;
 mod vendor;
 
@@ -19,6 +21,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 pub use db::DbConfig;
+pub use events::EventsConfig;
 pub use run::{RunConfig, BOUNDS};
 
 /// A configuration read once from environment variables (envy: each field is the variable of

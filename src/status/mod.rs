@@ -63,6 +63,9 @@ pub struct Status {
     pub unconfirmed_since: Option<DateTime<Utc>>,
     /// Archived (`campaign-sender archive`): the counts above are its final ones.
     pub archived: Option<Archived>,
+    /// The vendor's events for the campaign (`campaign-sender events`): each funnel column of
+    /// [`crate::events::FUNNEL`] with its count.
+    pub funnel: Vec<(String, i64)>,
 }
 
 /// The send window as `status` shows it.
@@ -211,6 +214,7 @@ pub async fn gather(
         unconfirmed_since,
         archived,
         progress,
+        funnel: crate::store::events::funnel(pool, campaign_id).await?,
     })
 }
 
@@ -268,6 +272,7 @@ mod tests {
             suppressed: vec![],
             unconfirmed_since: None,
             archived: None,
+            funnel: vec![],
         };
         s.progress.counts.total = 50;
         assert_eq!(
@@ -315,6 +320,7 @@ mod tests {
             suppressed: vec![],
             unconfirmed_since: None,
             archived: None,
+            funnel: vec![],
         };
         s.progress.counts.total = 6_000_000;
         let text = render(&s);

@@ -63,7 +63,21 @@ pub fn render(s: &Status) -> String {
     render_counts(&mut o, s);
     render_limits(&mut o, s);
     render_reasons(&mut o, s);
+    render_funnel(&mut o, s);
     o
+}
+
+/// What the vendor's events said, once any came: accepted → delivered → bounced/complained.
+fn render_funnel(o: &mut String, s: &Status) {
+    if s.funnel.iter().all(|(_, n)| *n == 0) {
+        return;
+    }
+    let shown: Vec<String> = s
+        .funnel
+        .iter()
+        .map(|(col, n)| format!("{} {n}", col.replace('_', " ")))
+        .collect();
+    let _ = writeln!(o, "events     {}", shown.join(" · "));
 }
 
 fn render_state(o: &mut String, s: &Status) {

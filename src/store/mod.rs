@@ -12,6 +12,7 @@
 //! - [`archive`]: a finished campaign out of the work table (`archive`);
 //! - [`suppressions`]: the provider's suppression list (`suppress`), and `resolve` of
 //!   `unconfirmed` rows; [`row_state`]: the states a row can be in;
+//! - [`events`]: `provider_events` and `webhook_tokens`, what the vendors' events do;
 //! - [`connect`]: the pool and the migrations; [`problem`]: what a database error means for the
 //!   person who must fix it (advice, exit code, whether waiting can heal it);
 //! - [`outage`]: the one retry rule for a database that does not answer.
@@ -29,6 +30,7 @@ pub mod archive;
 pub mod budgets;
 pub mod campaigns;
 pub mod connect;
+pub mod events;
 pub mod failed;
 pub mod import;
 pub mod outage;

@@ -8,6 +8,8 @@ mod account;
 mod archive;
 mod claim;
 mod e2e;
+mod events;
+mod events_sns;
 mod exit_codes;
 mod hostile;
 mod keda;

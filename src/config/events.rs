@@ -1,0 +1,178 @@
+//! `EventsConfig`: what `campaign-sender events` needs besides the database. A vendor is
+//! listened for when its secret is set; its path answers 404 otherwise.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{at_most, positive, ConfigError, FromEnv, Secret};
+use crate::events::mailgun::Mailgun;
+use crate::events::postmark::Postmark;
+use crate::events::resend::Resend;
+use crate::events::sendgrid::SendGrid;
+use crate::events::server::Listeners;
+use crate::events::sns::{Sns, DEFAULT_CERT_URL_PATTERN};
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct EventsConfig {
+    /// `EVENTS_ADDR` (default `0.0.0.0:8080`): where the vendors post.
+    #[serde(default = "default_addr")]
+    pub events_addr: String,
+    /// `METRICS_ADDR` (default unset): Prometheus metrics.
+    #[serde(default)]
+    pub metrics_addr: Option<String>,
+    /// `EVENTS_MAX_BODY_BYTES` (default 4194304, at most 67108864): a larger body is refused
+    /// with 413 (SendGrid batches up to 768 kB).
+    #[serde(default = "default_max_body")]
+    pub events_max_body_bytes: u64,
+    /// `EVENTS_DB_TIMEOUT_MS` (default 5000, at most 60000): the longest a request waits for
+    /// its commit before 503 (the vendor retries).
+    #[serde(default = "default_db_timeout")]
+    pub events_db_timeout_ms: u64,
+    /// `SENDGRID_WEBHOOK_PUBLIC_KEY`: the Signed Event Webhook's verification key, base64 DER.
+    #[serde(default)]
+    pub sendgrid_webhook_public_key: Option<Secret>,
+    /// `RESEND_WEBHOOK_SECRET`: `whsec_…`.
+    #[serde(default)]
+    pub resend_webhook_secret: Option<Secret>,
+    /// `MAILGUN_WEBHOOK_SIGNING_KEY`: the HTTP webhook signing key.
+    #[serde(default)]
+    pub mailgun_webhook_signing_key: Option<Secret>,
+    /// `POSTMARK_WEBHOOK_USER` and `POSTMARK_WEBHOOK_PASSWORD`: the basic auth of the webhook URL.
+    #[serde(default)]
+    pub postmark_webhook_user: Option<String>,
+    #[serde(default)]
+    pub postmark_webhook_password: Option<Secret>,
+    /// `SNS_TOPIC_ARNS`: comma-separated topics SES publishes events to; SES is listened for
+    /// when set.
+    #[serde(default)]
+    pub sns_topic_arns: Option<String>,
+    /// `SNS_CERT_URL_PATTERN` (default: SNS's own hosts over HTTPS): the URLs a signing
+    /// certificate and a subscription confirmation may come from.
+    #[serde(default)]
+    pub sns_cert_url_pattern: Option<String>,
+}
+
+fn default_addr() -> String {
+    "0.0.0.0:8080".into()
+}
+fn default_max_body() -> u64 {
+    4 * 1024 * 1024
+}
+fn default_db_timeout() -> u64 {
+    5000
+}
+
+impl FromEnv for EventsConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        self.socket()?;
+        if let Some(a) = &self.metrics_addr {
+            a.parse::<std::net::SocketAddr>().map_err(|e| {
+                ConfigError::new("METRICS_ADDR", format!("must be host:port ({e})"))
+            })?;
+        }
+        positive("EVENTS_MAX_BODY_BYTES", self.events_max_body_bytes)?;
+        at_most(
+            "EVENTS_MAX_BODY_BYTES",
+            self.events_max_body_bytes,
+            64 * 1024 * 1024,
+        )?;
+        positive("EVENTS_DB_TIMEOUT_MS", self.events_db_timeout_ms)?;
+        at_most("EVENTS_DB_TIMEOUT_MS", self.events_db_timeout_ms, 60_000)?;
+        let l = self.listeners()?;
+        if l.sendgrid.is_none()
+            && l.resend.is_none()
+            && l.mailgun.is_none()
+            && l.postmark.is_none()
+            && l.sns.is_none()
+        {
+            return Err(ConfigError::new(
+                "SENDGRID_WEBHOOK_PUBLIC_KEY",
+                "no vendor is configured: set the webhook secret of yours (SENDGRID_WEBHOOK_PUBLIC_KEY, \
+                 SNS_TOPIC_ARNS, POSTMARK_WEBHOOK_USER/PASSWORD, MAILGUN_WEBHOOK_SIGNING_KEY or RESEND_WEBHOOK_SECRET)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl EventsConfig {
+    pub fn socket(&self) -> Result<std::net::SocketAddr, ConfigError> {
+        self.events_addr.parse().map_err(|e| {
+            ConfigError::new(
+                "EVENTS_ADDR",
+                format!("must be host:port, e.g. 0.0.0.0:8080 ({e})"),
+            )
+        })
+    }
+
+    /// A verifier for every vendor whose secret is set; a secret that cannot be one names its
+    /// variable.
+    pub fn listeners(&self) -> Result<Listeners, ConfigError> {
+        let sendgrid = self
+            .sendgrid_webhook_public_key
+            .as_ref()
+            .map(|k| SendGrid::new(k.expose()))
+            .transpose()
+            .map_err(|p| ConfigError::new("SENDGRID_WEBHOOK_PUBLIC_KEY", p))?;
+        let resend = self
+            .resend_webhook_secret
+            .as_ref()
+            .map(|k| Resend::new(k.expose()))
+            .transpose()
+            .map_err(|p| ConfigError::new("RESEND_WEBHOOK_SECRET", p))?;
+        let mailgun = match &self.mailgun_webhook_signing_key {
+            Some(k) if k.expose().trim().is_empty() => {
+                return Err(ConfigError::new(
+                    "MAILGUN_WEBHOOK_SIGNING_KEY",
+                    "is set but empty",
+                ))
+            }
+            Some(k) => Some(Mailgun::new(k.expose())),
+            None => None,
+        };
+        let postmark = match (&self.postmark_webhook_user, &self.postmark_webhook_password) {
+            (Some(u), Some(p)) if !u.is_empty() && !p.expose().is_empty() => {
+                Some(Postmark::new(u, p.expose()))
+            }
+            (None, None) => None,
+            _ => return Err(ConfigError::new(
+                "POSTMARK_WEBHOOK_PASSWORD",
+                "POSTMARK_WEBHOOK_USER and POSTMARK_WEBHOOK_PASSWORD go together, neither empty",
+            )),
+        };
+        let sns = match &self.sns_topic_arns {
+            Some(t) => {
+                let topics: Vec<String> = t
+                    .split(',')
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty())
+                    .collect();
+                if topics.iter().any(|t| !t.starts_with("arn:aws")) || topics.is_empty() {
+                    return Err(ConfigError::new(
+                        "SNS_TOPIC_ARNS",
+                        "must be topic ARNs (arn:aws:sns:REGION:ACCOUNT:NAME), comma-separated",
+                    ));
+                }
+                let pattern = self
+                    .sns_cert_url_pattern
+                    .as_deref()
+                    .unwrap_or(DEFAULT_CERT_URL_PATTERN);
+                Some(
+                    Sns::new(topics, pattern)
+                        .map_err(|p| ConfigError::new("SNS_CERT_URL_PATTERN", p))?,
+                )
+            }
+            None => None,
+        };
+        Ok(Listeners {
+            sendgrid,
+            resend,
+            mailgun,
+            postmark,
+            sns,
+            max_body_bytes: self.events_max_body_bytes as usize,
+            db_timeout: Duration::from_millis(self.events_db_timeout_ms),
+        })
+    }
+}

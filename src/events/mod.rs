@@ -1,0 +1,71 @@
+//! The vendors' events come back: `campaign-sender events` takes each vendor's signed webhook,
+//! checks it on the raw body bytes, and turns bounces, complaints and unsubscribes into
+//! suppressions and proofs of acceptance into settled rows ([`event`] has the one table;
+//! [`crate::store::events`] the statements).
+//!
+//! - one file per vendor, each its authentication and its events: [`sendgrid`] (ECDSA P-256),
+//!   [`resend`] (Svix HMAC), [`mailgun`] (HMAC of timestamp + token), [`postmark`] (basic auth),
+//!   [`sns`] (SES through SNS: RSA with the certificate from `SigningCertURL`, the topic pinned,
+//!   the subscription handshake);
+//! - [`server`]: the HTTP server (`POST /events/{vendor}`, `GET /healthz`), its bounds and its
+//!   answers: 2xx only after the commit, 401/403 for a request that does not authenticate
+//!   (nothing stored, no body logged), 413 over the size bound, 503 when the database does not
+//!   answer in time (the vendor retries), 404 for a vendor not configured.
+
+pub mod event;
+pub mod mailgun;
+pub mod postmark;
+pub mod resend;
+pub mod sendgrid;
+pub mod server;
+pub mod sns;
+
+use axum::http::HeaderMap;
+
+pub use event::{Event, What, FUNNEL};
+
+/// Why a request is refused before anything is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// No signature (or credentials) where the vendor puts them.
+    Unsigned,
+    /// A signature (or credentials) that does not verify.
+    BadSignature,
+    /// A signature's timestamp outside the tolerance.
+    Stale,
+    /// A Mailgun token already used for another event.
+    Replayed,
+    /// Not ours: an SNS topic not in `SNS_TOPIC_ARNS`, a certificate or subscribe URL not
+    /// matching `SNS_CERT_URL_PATTERN`.
+    Foreign(&'static str),
+    /// The signing certificate could not be fetched (the vendor retries).
+    CertUnavailable,
+}
+
+impl Refused {
+    /// The metric label and the log's word for it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Refused::Unsigned => "unsigned",
+            Refused::BadSignature => "bad_signature",
+            Refused::Stale => "stale",
+            Refused::Replayed => "replayed",
+            Refused::Foreign(_) => "foreign",
+            Refused::CertUnavailable => "cert_unavailable",
+        }
+    }
+}
+
+/// A body that authenticated but is not the vendor's event format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BadBody;
+
+/// A header as text, if present and visible ASCII.
+pub fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name)?.to_str().ok()
+}
+
+/// The funnel column of a stored event kind (`provider_events.what`).
+pub fn funnel_of(what: &str) -> Option<&'static str> {
+    What::parse(what).and_then(|w| w.effect().funnel)
+}

@@ -1,0 +1,226 @@
+//! `campaign-sender events`: the HTTP server the vendors post their events to.
+//!
+//! `POST /events/{sendgrid,ses,postmark,mailgun,resend}`, `GET /healthz`. Each answer keeps a
+//! promise to the vendor, whose retries are our only way not to lose an event:
+//! - **2xx only after the commit** ([`crate::store::events::record`]); a vendor's retry of a
+//!   committed request changes nothing (event ids);
+//! - **503 within [`Listeners::db_timeout`]** when the database does not answer: never a hang,
+//!   and the vendor retries;
+//! - **401** for a request that does not authenticate (a missing, wrong or stale signature, a
+//!   reused Mailgun token), **403** for a foreign SNS topic or certificate host: nothing stored,
+//!   counted in `campaign_sender_events_refused_total`, no body in the log;
+//! - **413** over `EVENTS_MAX_BODY_BYTES`; **404** for a vendor whose secret is not configured.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use axum::Router;
+use metrics::counter;
+use sqlx::PgPool;
+use tracing::{info, warn};
+
+use super::mailgun::Mailgun;
+use super::postmark::Postmark;
+use super::resend::Resend;
+use super::sendgrid::SendGrid;
+use super::sns::{Sns, Verified};
+use super::{mailgun, postmark, resend, sendgrid, Event, Refused};
+use crate::metrics::{EVENTS_REFUSED_TOTAL, EVENTS_TOTAL, EVENTS_UNAVAILABLE_TOTAL};
+use crate::store::events::{self, TokenReused};
+
+/// The vendors this server listens for (those whose secret is configured), and its bounds.
+pub struct Listeners {
+    pub sendgrid: Option<SendGrid>,
+    pub resend: Option<Resend>,
+    pub mailgun: Option<Mailgun>,
+    pub postmark: Option<Postmark>,
+    pub sns: Option<Sns>,
+    /// `EVENTS_MAX_BODY_BYTES`: a larger body is refused with 413.
+    pub max_body_bytes: usize,
+    /// `EVENTS_DB_TIMEOUT_MS`: how long a request waits for the database before 503.
+    pub db_timeout: Duration,
+}
+
+struct App {
+    pool: PgPool,
+    listeners: Listeners,
+}
+
+/// The router, for `events` and for tests.
+pub fn router(pool: PgPool, listeners: Listeners) -> Router {
+    let limit = listeners.max_body_bytes;
+    let app = Arc::new(App { pool, listeners });
+    Router::new()
+        .route("/events/{vendor}", post(receive))
+        .route("/healthz", get(|| async { "ok" }))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(app)
+}
+
+/// Prunes Mailgun tokens past their age bound, every minute, until `stop`.
+pub async fn prune_tokens(pool: PgPool, stop: tokio_util::sync::CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(60)) => {}
+        }
+        if let Err(e) = events::prune_tokens(&pool, mailgun::MAX_AGE_S).await {
+            warn!(error = %e, "pruning webhook tokens failed; the next minute tries again");
+        }
+    }
+}
+
+fn now_s() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or_default()
+}
+
+/// What authenticating a request gave: its events (and Mailgun's token), or an answer now.
+enum Authenticated {
+    Events(Vec<Event>, Option<String>),
+    Answer(StatusCode),
+}
+
+async fn receive(
+    State(app): State<Arc<App>>,
+    Path(vendor): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> StatusCode {
+    let vendor = vendor.as_str();
+    let authenticated = match authenticate(&app.listeners, vendor, &headers, &body).await {
+        Ok(a) => a,
+        Err(refused) => return refuse(vendor, refused),
+    };
+    let (events, token) = match authenticated {
+        Authenticated::Answer(code) => return code,
+        Authenticated::Events(e, t) => (e, t),
+    };
+    let recorded = tokio::time::timeout(
+        app.listeners.db_timeout,
+        events::record(&app.pool, vendor, &events, token.as_deref()),
+    )
+    .await;
+    match recorded {
+        Ok(Ok(Ok(r))) => {
+            count(vendor, r.fresh.iter().map(|i| &events[*i]));
+            if r.unmatched > 0 {
+                counter!(EVENTS_TOTAL, "vendor" => vendor.to_string(), "campaign" => "unknown", "what" => "unmatched")
+                    .increment(r.unmatched);
+            }
+            StatusCode::OK
+        }
+        Ok(Ok(Err(TokenReused))) => refuse(vendor, Refused::Replayed),
+        Ok(Err(e)) => {
+            warn!(vendor, error = %e, "an event could not be recorded; answered 503, the vendor retries");
+            counter!(EVENTS_UNAVAILABLE_TOTAL, "vendor" => vendor.to_string()).increment(1);
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        Err(_) => {
+            warn!(
+                vendor,
+                timeout_ms = app.listeners.db_timeout.as_millis() as u64,
+                "the database did not answer in time; answered 503, the vendor retries"
+            );
+            counter!(EVENTS_UNAVAILABLE_TOTAL, "vendor" => vendor.to_string()).increment(1);
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+    }
+}
+
+/// Checks the request as `vendor` signs it; 404 for a vendor not configured.
+async fn authenticate(
+    l: &Listeners,
+    vendor: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Authenticated, Refused> {
+    let not_here = Ok(Authenticated::Answer(StatusCode::NOT_FOUND));
+    let bad_body = Authenticated::Answer(StatusCode::BAD_REQUEST);
+    Ok(match vendor {
+        "sendgrid" => {
+            let Some(v) = &l.sendgrid else {
+                return not_here;
+            };
+            v.verify(headers, body)?;
+            sendgrid::parse(body).map_or(bad_body, |e| Authenticated::Events(e, None))
+        }
+        "resend" => {
+            let Some(v) = &l.resend else { return not_here };
+            let id = v.verify(headers, body, now_s())?;
+            resend::parse(body, id).map_or(bad_body, |e| Authenticated::Events(e, None))
+        }
+        "mailgun" => {
+            let Some(v) = &l.mailgun else { return not_here };
+            let signed = v.verify(body, now_s())?;
+            Authenticated::Events(signed.events, Some(signed.token))
+        }
+        "postmark" => {
+            let Some(v) = &l.postmark else {
+                return not_here;
+            };
+            v.verify(headers)?;
+            postmark::parse(body).map_or(bad_body, |e| Authenticated::Events(e, None))
+        }
+        "ses" => {
+            let Some(v) = &l.sns else { return not_here };
+            match v.verify(body).await? {
+                Verified::Events(e) => Authenticated::Events(e, None),
+                Verified::Nothing => Authenticated::Answer(StatusCode::OK),
+                Verified::Subscribe(url) => match v.subscribe(&url).await {
+                    Ok(()) => {
+                        info!("the SNS subscription is confirmed");
+                        Authenticated::Answer(StatusCode::OK)
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "confirming the SNS subscription failed; SNS asks again");
+                        Authenticated::Answer(StatusCode::BAD_GATEWAY)
+                    }
+                },
+            }
+        }
+        _ => return not_here,
+    })
+}
+
+/// The answer to a request that does not authenticate: counted, logged without its body.
+fn refuse(vendor: &str, why: Refused) -> StatusCode {
+    counter!(EVENTS_REFUSED_TOTAL, "vendor" => vendor.to_string(), "reason" => why.label())
+        .increment(1);
+    let code = match why {
+        Refused::Foreign(_) => StatusCode::FORBIDDEN,
+        Refused::CertUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::UNAUTHORIZED,
+    };
+    let what = match why {
+        Refused::Foreign(field) => field,
+        other => other.label(),
+    };
+    warn!(
+        vendor,
+        refused = what,
+        status = code.as_u16(),
+        "a webhook request was refused; nothing stored"
+    );
+    code
+}
+
+/// Counts the new events by campaign and kind (`campaign` only when it is one of ours in form).
+fn count<'a>(vendor: &str, fresh: impl Iterator<Item = &'a Event>) {
+    for e in fresh {
+        let campaign = e
+            .campaign_id
+            .as_deref()
+            .filter(|c| crate::campaign_id::problem(c).is_none())
+            .unwrap_or("unknown")
+            .to_string();
+        counter!(EVENTS_TOTAL, "vendor" => vendor.to_string(), "campaign" => campaign, "what" => e.what.as_str())
+            .increment(1);
+    }
+}

@@ -1,0 +1,231 @@
+//! `provider_events` and `webhook_tokens`: what the vendors' events do to our tables
+//! (`campaign-sender events`, [`crate::events`]). One transaction per request, committed before
+//! the vendor hears 2xx:
+//!
+//! 1. a Mailgun token is taken for its one event ([`take_token`]);
+//! 2. the events are inserted by the vendor's event id; only those not already there go on
+//!    (a vendor's retry of a committed request changes nothing) — [`INSERT_NEW`];
+//! 3. of those, every address a bounce, complaint, unsubscribe or drop names is listed
+//!    ([`SUPPRESS`]): never removed here, so a delivery after a bounce lifts nothing;
+//! 4. and every row of ours one proves accepted whose attempt had an unknown outcome is `sent`
+//!    ([`SETTLE`]).
+
+use sqlx::{PgConnection, PgPool};
+
+use crate::events::{Event, FUNNEL};
+
+/// What one request's events did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Recorded {
+    /// The indices of the events not seen before (the rest were the vendor's retries).
+    pub fresh: Vec<usize>,
+    /// Of the new ones, those naming no campaign or member of ours.
+    pub unmatched: u64,
+    /// Addresses newly listed.
+    pub suppressed: u64,
+    /// Rows settled as `sent`.
+    pub settled: u64,
+}
+
+/// A Mailgun token already used for another event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenReused;
+
+/// Records `events` of `vendor` in one transaction (`token`: Mailgun's, taken for them).
+pub async fn record(
+    pool: &PgPool,
+    vendor: &str,
+    events: &[Event],
+    token: Option<&str>,
+) -> Result<Result<Recorded, TokenReused>, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    if let Some(token) = token {
+        let first = events.first().map(|e| e.id.as_str()).unwrap_or_default();
+        if !take_token(&mut tx, token, first).await? {
+            return Ok(Err(TokenReused));
+        }
+    }
+    let new = insert_new(&mut tx, vendor, events).await?;
+    // The first of a repeated id in one request is the one stored.
+    let mut first = std::collections::HashSet::new();
+    let fresh_at: Vec<usize> = (0..events.len())
+        .filter(|i| new.contains(&events[*i].id) && first.insert(&events[*i].id))
+        .collect();
+    let fresh: Vec<&Event> = fresh_at.iter().map(|i| &events[*i]).collect();
+    let suppressed = suppress(&mut tx, vendor, &fresh).await?;
+    let settled = settle(&mut tx, &fresh).await?;
+    tx.commit().await?;
+    Ok(Ok(Recorded {
+        fresh: fresh_at,
+        unmatched: fresh
+            .iter()
+            .filter(|e| e.campaign_id.is_none() || e.member_id.is_none())
+            .count() as u64,
+        suppressed,
+        settled,
+    }))
+}
+
+/// Takes `token` for `event_id`: true if it is new, or was taken for this same event (the
+/// vendor's retry of a request whose answer it lost); false if another event used it.
+///
+/// Invariant: a token carries one event, whichever replica sees it (the primary key).
+async fn take_token(
+    tx: &mut PgConnection,
+    token: &str,
+    event_id: &str,
+) -> Result<bool, sqlx::Error> {
+    // language=PostgreSQL
+    const TAKE: &str = r#"
+        WITH taken AS (
+            INSERT INTO webhook_tokens (token, event_id) VALUES ($1, $2)
+            ON CONFLICT (token) DO NOTHING
+            RETURNING event_id
+        )
+        SELECT coalesce((SELECT event_id FROM taken),
+                        (SELECT event_id FROM webhook_tokens WHERE token = $1)) = $2
+    "#;
+    let ok: Option<bool> = sqlx::query_scalar(TAKE)
+        .bind(token)
+        .bind(event_id)
+        .fetch_one(&mut *tx)
+        .await?;
+    Ok(ok.unwrap_or(false))
+}
+
+/// Forgets tokens older than `max_age_s` (their signatures are refused as stale anyway).
+pub async fn prune_tokens(pool: &PgPool, max_age_s: i64) -> Result<u64, sqlx::Error> {
+    let r = sqlx::query(
+        "DELETE FROM webhook_tokens WHERE seen_at < now() - make_interval(secs => $1 * 2)",
+    )
+    .bind(max_age_s as f64)
+    .execute(pool)
+    .await?;
+    Ok(r.rows_affected())
+}
+
+/// Invariant: an event id is stored once per vendor; returns the ids this call stored.
+// language=PostgreSQL
+const INSERT_NEW: &str = r#"
+    INSERT INTO provider_events (vendor, event_id, what, campaign_id, member_id)
+    SELECT $1, e.id, e.what, e.campaign_id, e.member_id
+      FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[])
+           AS e(id, what, campaign_id, member_id)
+    ON CONFLICT (vendor, event_id) DO NOTHING
+    RETURNING event_id
+"#;
+
+async fn insert_new(
+    tx: &mut PgConnection,
+    vendor: &str,
+    events: &[Event],
+) -> Result<std::collections::HashSet<String>, sqlx::Error> {
+    // One request may repeat an event (a batch retried inside a batch): the first counts.
+    let mut seen = std::collections::HashSet::new();
+    let events: Vec<&Event> = events.iter().filter(|e| seen.insert(&e.id)).collect();
+    let ids: Vec<&str> = events.iter().map(|e| e.id.as_str()).collect();
+    let whats: Vec<&str> = events.iter().map(|e| e.what.as_str()).collect();
+    let campaigns: Vec<Option<&str>> = events.iter().map(|e| e.campaign_id.as_deref()).collect();
+    let members: Vec<Option<i64>> = events.iter().map(|e| e.member_id).collect();
+    let rows: Vec<String> = sqlx::query_scalar(INSERT_NEW)
+        .bind(vendor)
+        .bind(&ids)
+        .bind(&whats)
+        .bind(&campaigns)
+        .bind(&members)
+        .fetch_all(&mut *tx)
+        .await?;
+    Ok(rows.into_iter().collect())
+}
+
+/// Invariant: an address is listed once and never lifted by an event; the reason and source
+/// of the first listing stay (`suppress --remove` is the only way off).
+// language=PostgreSQL
+const SUPPRESS: &str = r#"
+    INSERT INTO suppressions (email, reason, source)
+    SELECT DISTINCT ON (lower(e.email)) lower(e.email), e.reason, $1
+      FROM unnest($2::text[], $3::text[]) AS e(email, reason)
+     WHERE e.email <> ''
+    ON CONFLICT (email) DO NOTHING
+"#;
+
+async fn suppress(
+    tx: &mut PgConnection,
+    vendor: &str,
+    events: &[&Event],
+) -> Result<u64, sqlx::Error> {
+    let (emails, reasons): (Vec<&str>, Vec<&str>) = events
+        .iter()
+        .filter_map(|e| Some((e.email.as_deref()?, e.what.effect().suppress?.as_str())))
+        .unzip();
+    if emails.is_empty() {
+        return Ok(0);
+    }
+    let r = sqlx::query(SUPPRESS)
+        .bind(vendor)
+        .bind(&emails)
+        .bind(&reasons)
+        .execute(&mut *tx)
+        .await?;
+    Ok(r.rows_affected())
+}
+
+/// Invariant: only a row whose attempt had an unknown outcome (`unknown_since` set: it is
+/// `unconfirmed`, or waits to be retried, or is claimed for that retry) becomes `sent`; its
+/// claim is dropped with it, so a worker holding it fails the pre-send re-check and every
+/// fenced write (`claim_id`), and never mails it again. A row already settled is left alone.
+// language=PostgreSQL
+const SETTLE: &str = r#"
+    UPDATE campaign_targets t
+       SET state = 'sent', claim_id = NULL, lease_until = NULL, started_at = NULL,
+           unknown_since = NULL, updated_at = now(),
+           provider_message_id = coalesce(t.provider_message_id, e.message_id)
+      FROM unnest($1::text[], $2::bigint[], $3::text[]) AS e(campaign_id, member_id, message_id)
+     WHERE t.campaign_id = e.campaign_id AND t.member_id = e.member_id
+       AND t.unknown_since IS NOT NULL
+       AND t.state IN ('unconfirmed', 'pending', 'sending')
+"#;
+
+async fn settle(tx: &mut PgConnection, events: &[&Event]) -> Result<u64, sqlx::Error> {
+    let mut campaigns = Vec::new();
+    let mut members = Vec::new();
+    let mut messages = Vec::new();
+    for e in events.iter().filter(|e| e.what.effect().settles) {
+        if let (Some(c), Some(m)) = (e.campaign_id.as_deref(), e.member_id) {
+            campaigns.push(c);
+            members.push(m);
+            messages.push(e.message_id.as_deref());
+        }
+    }
+    if campaigns.is_empty() {
+        return Ok(0);
+    }
+    let r = sqlx::query(SETTLE)
+        .bind(&campaigns)
+        .bind(&members)
+        .bind(&messages)
+        .execute(&mut *tx)
+        .await?;
+    Ok(r.rows_affected())
+}
+
+/// A campaign's funnel: each column of [`FUNNEL`] with its count of events (zero included).
+pub async fn funnel(pool: &PgPool, campaign_id: &str) -> Result<Vec<(String, i64)>, sqlx::Error> {
+    let rows: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT what, count(*) FROM provider_events WHERE campaign_id = $1 GROUP BY what",
+    )
+    .bind(campaign_id)
+    .fetch_all(pool)
+    .await?;
+    Ok(FUNNEL
+        .iter()
+        .map(|col| {
+            let n = rows
+                .iter()
+                .filter(|(what, _)| crate::events::funnel_of(what) == Some(col))
+                .map(|(_, n)| n)
+                .sum();
+            (col.to_string(), n)
+        })
+        .collect())
+}

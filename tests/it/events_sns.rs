@@ -1,0 +1,214 @@
+//! SES events through SNS: envelopes signed as SNS signs them (an RSA key and certificate made
+//! here by openssl, the signature made by openssl too — an implementation other than ours),
+//! the certificate served over HTTP on 127.0.0.1 (allowed by `SNS_CERT_URL_PATTERN`, as only a
+//! test may), the subscription handshake against that local server.
+
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::routing::get;
+use axum::Router;
+use base64::Engine as _;
+use campaign_sender::events::server::Listeners;
+use campaign_sender::events::sns::Sns;
+use serde_json::json;
+use sqlx::PgPool;
+
+use crate::events::{post, serve_events};
+use crate::helpers::*;
+
+const TOPIC: &str = "arn:aws:sns:us-east-1:123456789012:ses-events";
+
+/// A key and a self-signed certificate (openssl), and a server on 127.0.0.1 that serves the
+/// certificate at `/cert.pem` and counts the GETs of `/confirm` (the SubscribeURL).
+struct Aws {
+    key: std::path::PathBuf,
+    base: String,
+    confirmed: Arc<AtomicU32>,
+}
+
+async fn aws() -> Aws {
+    let dir = temp_path("sns-cert");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (key, cert) = (dir.join("key.pem"), dir.join("cert.pem"));
+    let ok = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=sns.amazonaws.com",
+            "-keyout",
+        ])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let pem = std::fs::read_to_string(&cert).unwrap();
+    let confirmed = Arc::new(AtomicU32::new(0));
+    let c = confirmed.clone();
+    let app = Router::new()
+        .route("/cert.pem", get(move || async move { pem }))
+        .route(
+            "/confirm",
+            get(move || async move {
+                c.fetch_add(1, Ordering::SeqCst);
+                "<ConfirmSubscriptionResponse/>"
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    Aws {
+        key,
+        base: format!("http://{addr}"),
+        confirmed,
+    }
+}
+
+fn listeners() -> Listeners {
+    Listeners {
+        sendgrid: None,
+        resend: None,
+        mailgun: None,
+        postmark: None,
+        sns: Some(Sns::new(vec![TOPIC.into()], r"^http://127\.0\.0\.1:\d+/[^?#]+\.pem$").unwrap()),
+        max_body_bytes: 256 * 1024,
+        db_timeout: Duration::from_secs(2),
+    }
+}
+
+/// `text` signed by openssl with the test key: SHA-256 (`SignatureVersion` 2) or SHA-1 (1).
+fn openssl_sign(key: &std::path::Path, text: &str, version: &str) -> String {
+    let input = temp_path("sns-to-sign");
+    std::fs::write(&input, text).unwrap();
+    let digest = if version == "1" { "-sha1" } else { "-sha256" };
+    let out = Command::new("openssl")
+        .args(["dgst", digest, "-sign"])
+        .arg(key)
+        .arg(&input)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    base64::engine::general_purpose::STANDARD.encode(out.stdout)
+}
+
+/// An SNS envelope of `kind` around `message`, signed with `version`.
+fn envelope(a: &Aws, kind: &str, id: &str, message: &str, version: &str, topic: &str) -> String {
+    let ts = "2026-12-06T00:00:00.000Z";
+    let mut env = json!({"Type": kind, "MessageId": id, "TopicArn": topic, "Message": message,
+        "Timestamp": ts, "SignatureVersion": version,
+        "SigningCertURL": format!("{}/cert.pem", a.base)});
+    let text = if kind == "Notification" {
+        format!("Message\n{message}\nMessageId\n{id}\nTimestamp\n{ts}\nTopicArn\n{topic}\nType\n{kind}\n")
+    } else {
+        let url = format!("{}/confirm?Token=abc", a.base);
+        env["SubscribeURL"] = json!(url);
+        env["Token"] = json!("abc");
+        format!("Message\n{message}\nMessageId\n{id}\nSubscribeURL\n{url}\nTimestamp\n{ts}\nToken\nabc\nTopicArn\n{topic}\nType\n{kind}\n")
+    };
+    env["Signature"] = json!(openssl_sign(&a.key, &text, version));
+    env.to_string()
+}
+
+fn ses_event(kind: &str, member: i64) -> String {
+    let mut e = json!({"eventType": kind,
+        "mail": {"messageId": format!("ses-{member}"), "destination": [format!("member{member}@example.com")],
+                 "tags": {"ses:configuration-set": ["events"], "campaign_id": [CAMPAIGN],
+                          "member_id": [member.to_string()]}}});
+    if kind == "Bounce" {
+        e["bounce"] = json!({"bounceType": "Permanent",
+            "bouncedRecipients": [{"emailAddress": format!("member{member}@example.com")}]});
+    }
+    e.to_string()
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn ses_events_through_sns_are_verified_with_the_certificate_and_the_topic_pinned(
+    pool: PgPool,
+) {
+    seed(&pool, CAMPAIGN, 3).await;
+    sqlx::query("UPDATE campaign_targets SET state = 'unconfirmed', unknown_since = now() WHERE member_id = 1")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let a = aws().await;
+    let url = format!(
+        "{}/events/ses",
+        serve_events(pool.clone(), listeners()).await
+    );
+
+    // The handshake: confirmed by GETting SubscribeURL, once its signature holds.
+    let sub = envelope(&a, "SubscriptionConfirmation", "s-1", "confirm", "2", TOPIC);
+    assert_eq!(post(&url, &[], &sub).await, 200);
+    assert_eq!(a.confirmed.load(Ordering::SeqCst), 1);
+
+    let bounce = envelope(
+        &a,
+        "Notification",
+        "n-2",
+        &ses_event("Bounce", 2),
+        "2",
+        TOPIC,
+    );
+    let tampered = bounce.replace("member2@", "member3@");
+    assert_eq!(post(&url, &[], &tampered).await, 401);
+    let foreign = envelope(
+        &a,
+        "Notification",
+        "n-9",
+        &ses_event("Bounce", 3),
+        "2",
+        "arn:aws:sns:us-east-1:999999999999:other",
+    );
+    assert_eq!(post(&url, &[], &foreign).await, 403);
+    let elsewhere = bounce.replace(&a.base, "http://127.0.0.2:9");
+    assert_eq!(
+        post(&url, &[], &elsewhere).await,
+        403,
+        "a certificate from another host"
+    );
+    let stored = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM provider_events")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    assert_eq!(stored().await, 0);
+
+    for _ in 0..2 {
+        assert_eq!(post(&url, &[], &bounce).await, 200);
+    }
+    // SignatureVersion 1 (SHA1withRSA) too.
+    let delivery = envelope(
+        &a,
+        "Notification",
+        "n-1",
+        &ses_event("Delivery", 1),
+        "1",
+        TOPIC,
+    );
+    assert_eq!(post(&url, &[], &delivery).await, 200);
+    assert_eq!(stored().await, 2);
+    let listed: Vec<(String, String)> = sqlx::query_as("SELECT email, reason FROM suppressions")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        listed,
+        [("member2@example.com".to_string(), "hard_bounce".to_string())]
+    );
+    assert_eq!(state_of(&pool, 1).await.0, "sent");
+}
