@@ -37,7 +37,7 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 status=0
-for dir in overlays/indexed-job overlays/cronjob overlays/cadence-nightly-window overlays/cadence-every-6h \
+for dir in overlays/indexed-job overlays/cronjob overlays/cadence-nightly-window overlays/cadence-every-6h overlays/events \
   overlays/deployment monitoring; do
   out="$tmp/$(echo "$dir" | tr / -).yaml"
   echo "== $dir"
@@ -152,9 +152,11 @@ PY
 for v in "${k8s_versions[@]}"; do
   kubernetes-validate -k "$v" --strict --quiet "$tmp/operator-pod.json" || status=1
 done
-echo "== base/secret.yaml.example"
-for v in "${k8s_versions[@]}"; do
-  kubernetes-validate -k "$v" --strict --quiet manifests/base/secret.yaml.example || status=1
+for example in base/secret.yaml.example overlays/events/secret.yaml.example; do
+  echo "== $example"
+  for v in "${k8s_versions[@]}"; do
+    kubernetes-validate -k "$v" --strict --quiet "manifests/$example" || status=1
+  done
 done
 
 echo "== promtool check rules"

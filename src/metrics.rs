@@ -104,6 +104,9 @@ pub const ALL: &[&str] = &[
     ACCOUNT_REFUSED,
     QUOTA_USED,
     QUOTA_LIMIT,
+    EVENTS_TOTAL,
+    EVENTS_REFUSED_TOTAL,
+    EVENTS_UNAVAILABLE_TOTAL,
 ];
 
 /// Serves `/metrics` on `addr` (every path answers with the exposition). Must run inside the

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{at_most, positive, ConfigError, FromEnv, Secret};
 use crate::events::mailgun::Mailgun;
@@ -13,7 +13,7 @@ use crate::events::sendgrid::SendGrid;
 use crate::events::server::Listeners;
 use crate::events::sns::{Sns, DEFAULT_CERT_URL_PATTERN};
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct EventsConfig {
     /// `EVENTS_ADDR` (default `0.0.0.0:8080`): where the vendors post.
     #[serde(default = "default_addr")]

@@ -113,19 +113,26 @@ impl ConfigError {
     }
 }
 
-/// Every environment variable the binary reads: the fields of [`DbConfig`] and [`RunConfig`]
+/// Every environment variable the binary reads: the fields of [`DbConfig`], [`RunConfig`] and
+/// [`EventsConfig`]
 /// (their names upper-cased, as envy reads them) and the logging ones of [`crate::telemetry`].
 /// The manifests' ConfigMap may only set these (tests/it/manifests.rs).
 pub fn known_variables() -> Vec<String> {
     let db = DbConfig::from_vars([("DATABASE_URL".to_string(), "postgres://x".to_string())])
         .expect("defaults are valid");
     let run = RunConfig::with_defaults("c", "http://127.0.0.1/");
-    let mut vars: Vec<String> = [serde_json::to_value(db), serde_json::to_value(run)]
-        .into_iter()
-        .filter_map(|v| v.ok())
-        .filter_map(|v| v.as_object().cloned())
-        .flat_map(|o| o.keys().map(|k| k.to_ascii_uppercase()).collect::<Vec<_>>())
-        .collect();
+    let events: EventsConfig =
+        envy::from_iter(std::iter::empty::<(String, String)>()).expect("every field has a default");
+    let mut vars: Vec<String> = [
+        serde_json::to_value(db),
+        serde_json::to_value(run),
+        serde_json::to_value(events),
+    ]
+    .into_iter()
+    .filter_map(|v| v.ok())
+    .filter_map(|v| v.as_object().cloned())
+    .flat_map(|o| o.keys().map(|k| k.to_ascii_uppercase()).collect::<Vec<_>>())
+    .collect();
     vars.extend(["LOG_FORMAT".to_string(), "RUST_LOG".to_string()]);
     vars.sort();
     vars

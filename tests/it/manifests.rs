@@ -535,3 +535,91 @@ fn the_dockerfile_stubs_every_target_of_the_workspace() {
         }
     }
 }
+
+/// The events overlay: a real subcommand, two replicas a drain never takes together, probes and
+/// the Service on the port `EVENTS_ADDR` listens on, metrics where the PodMonitor scrapes, and
+/// only variables `events` reads, every secret by reference.
+#[test]
+fn the_events_deployment_serves_where_the_app_listens_and_reads_only_its_variables() {
+    use clap::Parser;
+    let d = load("manifests/overlays/events/deployment.yaml");
+    let c = at(&d, "spec.template.spec.containers.0");
+    let args: Vec<String> = c["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(args, ["events"]);
+    campaign_sender::cli::Cli::try_parse_from(["campaign-sender", "events"]).unwrap();
+    assert!(int(&d, "spec.replicas") >= 2);
+    let known = known_variables();
+    let mut env = std::collections::BTreeMap::new();
+    for e in c["env"].as_sequence().unwrap() {
+        let name = e["name"].as_str().unwrap();
+        assert!(
+            known.iter().any(|k| k == name),
+            "{name} is not read by the binary"
+        );
+        if name == "DATABASE_URL"
+            || name.contains("SECRET")
+            || name.contains("KEY")
+            || name.contains("PASSWORD")
+        {
+            assert!(e["value"].is_null(), "{name} must come from the Secret");
+            assert_eq!(
+                e["valueFrom"]["secretKeyRef"]["name"],
+                "campaign-sender-events"
+            );
+        }
+        env.insert(name.to_string(), e["value"].as_str().map(str::to_string));
+    }
+    let port = |var: &str| {
+        env[var]
+            .as_deref()
+            .unwrap()
+            .parse::<std::net::SocketAddr>()
+            .unwrap()
+            .port() as i64
+    };
+    let ports = c["ports"].as_sequence().unwrap();
+    let named = |n: &str| {
+        ports
+            .iter()
+            .find(|p| p["name"] == n)
+            .map(|p| int(p, "containerPort"))
+    };
+    assert_eq!(named("http"), Some(port("EVENTS_ADDR")));
+    assert_eq!(named("metrics"), Some(port("METRICS_ADDR")));
+    for probe in ["livenessProbe", "readinessProbe"] {
+        assert_eq!(c[probe]["httpGet"]["path"], "/healthz", "{probe}");
+        assert_eq!(c[probe]["httpGet"]["port"], "http", "{probe}");
+    }
+    let svc = load("manifests/overlays/events/service.yaml");
+    assert_eq!(at(&svc, "spec.ports.0.targetPort"), "http");
+    let pod_labels = at(&d, "spec.template.metadata.labels");
+    for selector in [
+        at(&svc, "spec.selector"),
+        at(
+            &load("manifests/overlays/events/pdb.yaml"),
+            "spec.selector.matchLabels",
+        ),
+        at(
+            &load("manifests/overlays/events/networkpolicy.yaml"),
+            "spec.podSelector.matchLabels",
+        ),
+    ] {
+        for (k, v) in selector.as_mapping().unwrap() {
+            assert_eq!(&pod_labels[k], v, "{k:?}");
+        }
+    }
+    let np = load("manifests/overlays/events/networkpolicy.yaml");
+    assert_eq!(int(&np, "spec.ingress.0.ports.0.port"), port("EVENTS_ADDR"));
+    assert_eq!(
+        int(
+            &load("manifests/overlays/events/pdb.yaml"),
+            "spec.minAvailable"
+        ),
+        1
+    );
+}
