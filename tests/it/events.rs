@@ -484,3 +484,69 @@ async fn a_delivery_event_settles_the_row_whose_send_timed_out(pool: PgPool) {
     run_to_end(&pool, cfg()).await;
     assert_eq!(p.fake.stats().delivered, 1, "mailed twice");
 }
+
+/// The database stops answering mid-stream: the vendor hears 503 within the bound (never a
+/// hang), nothing of that request is stored; when it answers again the vendor's retries are
+/// recorded, each event once, none lost.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_database_that_stops_answering_is_503_and_the_retries_lose_nothing(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 3).await;
+    let db = std::env::var("DATABASE_URL").unwrap();
+    let upstream = reqwest::Url::parse(&db).unwrap();
+    let proxy = FrozenDb::start(
+        format!(
+            "{}:{}",
+            upstream.host_str().unwrap(),
+            upstream.port().unwrap()
+        )
+        .parse()
+        .unwrap(),
+    )
+    .await;
+    let through = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(Duration::from_secs(1))
+        .connect(&proxy.url(&database_url(&pool).await))
+        .await
+        .unwrap();
+    let url = format!(
+        "{}/events/postmark",
+        serve_events(through, listeners(false)).await
+    );
+    let auth = vec![(
+        "Authorization",
+        format!(
+            "Basic {}",
+            b64(format!("{POSTMARK_USER}:{POSTMARK_PASSWORD}").as_bytes())
+        ),
+    )];
+    let bounce = |m: i64| {
+        json!({"RecordType": "Bounce", "Type": "HardBounce", "ID": m, "MessageID": format!("pm-{m}"),
+               "Email": format!("member{m}@example.com"),
+               "Metadata": {"campaign_id": CAMPAIGN, "member_id": m.to_string()}})
+        .to_string()
+    };
+    assert_eq!(post(&url, &auth, &bounce(1)).await, 200);
+    proxy.freeze();
+    let t0 = std::time::Instant::now();
+    assert_eq!(post(&url, &auth, &bounce(2)).await, 503);
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    assert_eq!(
+        stored(&pool).await,
+        1,
+        "a request answered 503 stored something"
+    );
+    proxy.thaw();
+    // The vendor retries both (it never heard about the first one, say), until they are taken.
+    let t0 = std::time::Instant::now();
+    while post(&url, &auth, &bounce(2)).await != 200 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the database never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(post(&url, &auth, &bounce(1)).await, 200);
+    assert_eq!(stored(&pool).await, 2);
+    assert_eq!(listed(&pool).await.len(), 2);
+}

@@ -441,6 +441,12 @@ impl FrozenDb {
         self.frozen.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
+    /// Lets the held bytes through again.
+    pub fn thaw(&self) {
+        self.frozen
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
     /// `url` (a database URL) through this proxy.
     pub fn url(&self, url: &str) -> String {
         let mut u = reqwest::Url::parse(url).unwrap();
