@@ -68,20 +68,7 @@ pub(super) async fn limit(
 
 /// A key in a few lines: its limit and where it comes from, a refusal, the quota, the pods.
 fn render(k: &KeyState) -> String {
-    let mut o = match k.limit_per_s {
-        Some(limit) => format!(
-            "{}: {limit:.0}/s {}, {:.0}/s effective, {} live pods\n",
-            k.key,
-            if k.override_per_s.is_some() {
-                "set live"
-            } else {
-                "as the pods are configured (MAIL_RATE_PER_S)"
-            },
-            k.effective_per_s,
-            k.members.len()
-        ),
-        None => format!("{}: {}\n", k.key, crate::status::NO_LIMIT_IN_FORCE),
-    };
+    let mut o = format!("{}\n", k.limit_line());
     if let Some(r) = &k.refused {
         o += &format!("  REFUSED since {}: {}\n", at(&r.since), r.advice());
     }

@@ -9,7 +9,7 @@
 
 mod render;
 
-pub use render::{one_line, render, NO_LIMIT_IN_FORCE};
+pub use render::{one_line, render};
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;

@@ -252,10 +252,6 @@ pub(super) fn budget(s: &Status) -> String {
     }
 }
 
-/// What a key without a live pod or a live limit says instead of a rate.
-pub const NO_LIMIT_IN_FORCE: &str =
-    "no limit in force: no live pod brings its MAIL_RATE_PER_S and none is set live (`limit --rate`)";
-
 /// Each rate-limit key the campaign's pods send under: its limit, a refusal, the daily quota,
 /// and every live pod of the key.
 fn render_limits(o: &mut String, s: &Status) {
@@ -263,25 +259,7 @@ fn render_limits(o: &mut String, s: &Status) {
         let _ = writeln!(o, "workers    none live");
     }
     for k in &s.limits {
-        let paused = k
-            .paused_for_s
-            .map(|p| format!(", paused {p:.1}s after a 429"))
-            .unwrap_or_default();
-        let _ = match k.limit_per_s {
-            Some(limit) => writeln!(
-                o,
-                "limit      {}: {limit:.0}/s {}, {:.0}/s effective{paused}, {} live pods",
-                k.key,
-                if k.override_per_s.is_some() {
-                    "set live (`campaign-sender limit`)"
-                } else {
-                    "configured"
-                },
-                k.effective_per_s,
-                k.members.len()
-            ),
-            None => writeln!(o, "limit      {}: {NO_LIMIT_IN_FORCE}", k.key),
-        };
+        let _ = writeln!(o, "limit      {}", k.limit_line());
         if let Some(r) = &k.refused {
             let _ = writeln!(
                 o,

@@ -158,6 +158,35 @@ async fn state_of(pool: &PgPool, r: KeyRow) -> Result<KeyState, sqlx::Error> {
     })
 }
 
+impl KeyState {
+    /// The key in one line, as `status` and `limit` show it: its limit and where it comes
+    /// from, the effective rate, a pause after a 429, the live pods — or that no limit is in
+    /// force (no live pod brings its `MAIL_RATE_PER_S`, none is set live).
+    pub fn limit_line(&self) -> String {
+        let Some(limit) = self.limit_per_s else {
+            return format!(
+                "{}: no limit in force: no live pod brings its MAIL_RATE_PER_S and none is set live (`limit --rate`)",
+                self.key
+            );
+        };
+        let from = if self.override_per_s.is_some() {
+            "set live (`campaign-sender limit`)"
+        } else {
+            "as the pods are configured (MAIL_RATE_PER_S)"
+        };
+        let paused = self
+            .paused_for_s
+            .map(|p| format!(", paused {p:.1}s after a 429"))
+            .unwrap_or_default();
+        format!(
+            "{}: {limit:.0}/s {from}, {:.0}/s effective{paused}, {} live pods",
+            self.key,
+            self.effective_per_s,
+            self.members.len()
+        )
+    }
+}
+
 /// One key's state (`None`: no pod ever used it and no operator set it).
 pub async fn key_state(pool: &PgPool, key: &str) -> Result<Option<KeyState>, sqlx::Error> {
     let sql = format!("{KEY_COLUMNS} WHERE l.limit_key = $1");

@@ -31,6 +31,16 @@ fn int(v: &Value, path: &str) -> i64 {
         .unwrap_or_else(|| panic!("{path} is not an integer"))
 }
 
+/// A container's `args`.
+fn args_of(c: &Value) -> Vec<String> {
+    c["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect()
+}
+
 /// A kustomize `envs:` file (`KEY=value` lines, `#` comments) as the ConfigMap it generates.
 fn env_file(path: &str) -> Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
@@ -252,12 +262,7 @@ fn pods_run_real_subcommands_and_expose_the_metrics_port_the_app_listens_on() {
     for (file, spec) in WORKERS {
         let v = load(file);
         let c = at(&v, &format!("{spec}.containers.0"));
-        let args: Vec<String> = c["args"]
-            .as_sequence()
-            .unwrap()
-            .iter()
-            .map(|a| a.as_str().unwrap().to_string())
-            .collect();
+        let args = args_of(c);
         campaign_sender::cli::Cli::try_parse_from(
             std::iter::once("campaign-sender".to_string()).chain(args.clone()),
         )
@@ -544,12 +549,7 @@ fn the_events_deployment_serves_where_the_app_listens_and_reads_only_its_variabl
     use clap::Parser;
     let d = load("manifests/overlays/events/deployment.yaml");
     let c = at(&d, "spec.template.spec.containers.0");
-    let args: Vec<String> = c["args"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap().to_string())
-        .collect();
+    let args = args_of(c);
     assert_eq!(args, ["events"]);
     campaign_sender::cli::Cli::try_parse_from(["campaign-sender", "events"]).unwrap();
     assert!(int(&d, "spec.replicas") >= 2);
