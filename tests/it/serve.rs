@@ -157,14 +157,18 @@ async fn metrics_are_served_with_the_documented_names_and_no_personal_data(pool:
     e.push(("METRICS_ADDR", &addr));
     let child = spawn_sender(&["serve"], &db, &e);
     wait_delivered(&p, 200).await;
-    // The backlog gauges are sampled when the claimer finds nothing left.
+    // The backlog gauges are sampled when the claimer finds nothing left; the last results
+    // may still be on their way to the database (the counter moves when they are written).
     let body = until_some(
         Duration::from_secs(30),
-        "the backlog gauge at 0",
+        "the backlog gauge at 0 and every result written",
         || async {
             let body = metrics_text(&addr).await?;
-            body.contains("campaign_sender_backlog_rows{worker=\"serve-0\",state=\"ready\"} 0")
-                .then_some(body)
+            (body.contains("campaign_sender_backlog_rows{worker=\"serve-0\",state=\"ready\"} 0")
+                && body.contains(
+                    "campaign_sender_sends_total{worker=\"serve-0\",outcome=\"sent\"} 200",
+                ))
+            .then_some(body)
         },
     )
     .await;
