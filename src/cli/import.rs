@@ -50,6 +50,7 @@ pub(super) async fn import_cmd(
         input,
         delimiter: how.delimiter,
         allow_empty: how.allow_empty,
+        stream: total_bytes.is_none(),
     };
     // Asked to stop (Ctrl-C, SIGTERM): the import is dropped, its transaction rolled back —
     // never committed with what was read so far (the producer of a pipe dies with the same
@@ -73,7 +74,7 @@ pub(super) async fn import_cmd(
             print_rejected(errors, report);
             exit::DATA_ERROR
         }
-        Err(e @ ImportError::NoRecords) => {
+        Err(e @ (ImportError::NoRecords | ImportError::EndsMidLine)) => {
             eprintln!("{e}");
             exit::DATA_ERROR
         }
@@ -95,7 +96,8 @@ pub(super) fn open_input(file: Option<PathBuf>) -> Result<Input, u8> {
     match file {
         Some(path) if path.as_os_str() != "-" => match std::fs::File::open(&path) {
             Ok(f) => {
-                let len = f.metadata().ok().map(|m| m.len());
+                // A regular file's size; none for a pipe or a process substitution (a stream).
+                let len = f.metadata().ok().filter(|m| m.is_file()).map(|m| m.len());
                 Ok((Box::new(std::io::BufReader::with_capacity(1 << 16, f)), len))
             }
             Err(e) => {

@@ -55,6 +55,10 @@ pub(super) async fn suppress_cmd(
             eprintln!("no addresses in the input; nothing was changed");
             exit::DATA_ERROR
         }
+        Err(e @ ImportError::EndsMidLine) => {
+            eprintln!("{e}");
+            exit::DATA_ERROR
+        }
         Err(e @ (ImportError::Input(_) | ImportError::Rejects(_))) => {
             eprintln!("{e}; nothing was changed");
             exit::NO_INPUT

@@ -227,21 +227,28 @@ pub(super) fn push_copy_text(out: &mut Vec<u8>, value: &str) {
 }
 
 /// Counts the bytes read, for the progress bar.
+/// and keeps the last byte read (did the input end with its line?).
 struct Counting<R> {
     inner: R,
     progress: Arc<ImportProgress>,
+    last: Option<u8>,
 }
 
 impl<R: Read> Read for Counting<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.inner.read(buf)?;
         self.progress.bytes.fetch_add(n as u64, Ordering::Relaxed);
+        if n > 0 {
+            self.last = Some(buf[n - 1]);
+        }
         Ok(n)
     }
 }
 
 /// What the reader thread found.
 pub(super) struct ReadOutcome {
+    /// The input's last byte was not a newline: it ended in the middle of a line.
+    pub(super) ends_mid_line: bool,
     pub(super) records: u64,
     pub(super) invalid: u64,
     pub(super) errors: Vec<LineError>,
@@ -344,8 +351,10 @@ pub(super) fn read_input(
         .from_reader(Counting {
             inner: input,
             progress: progress.clone(),
+            last: None,
         });
     let mut out = ReadOutcome {
+        ends_mid_line: false,
         records: 0,
         invalid: 0,
         errors: Vec::new(),
@@ -392,6 +401,7 @@ pub(super) fn read_input(
         }
     }
     chunks.finish();
+    out.ends_mid_line = rdr.get_ref().last.is_some_and(|b| b != b'\n');
     Ok(out)
 }
 

@@ -78,6 +78,8 @@ pub enum ImportError {
     },
     #[error("no records in the input (an empty file, or only a header); nothing was imported. Pass --allow-empty if that is what you meant")]
     NoRecords,
+    #[error("the input ended in the middle of a line: the program writing it may have died; nothing was imported. If it is complete, end it with a newline")]
+    EndsMidLine,
     #[error("cannot read the input: {0}")]
     Input(#[source] std::io::Error),
     #[error("cannot write the rejects file: {0}")]
@@ -93,6 +95,10 @@ pub struct Source {
     pub delimiter: u8,
     /// An input with no records is accepted (`--allow-empty`) instead of refused.
     pub allow_empty: bool,
+    /// The input is a stream (standard input, a pipe), whose producer may die mid-line: one
+    /// that does not end with a newline is refused ([`ImportError::EndsMidLine`]). A named file
+    /// is complete as it is, final newline or not.
+    pub stream: bool,
 }
 
 /// Where an import is, for a progress bar or periodic lines.
@@ -155,8 +161,11 @@ pub async fn import(
     let mut tx = conn.begin().await?;
     sql::create_staging(&mut tx).await?;
     let skipping = rejects.is_some();
-    let allow_empty = source.allow_empty;
+    let (allow_empty, stream) = (source.allow_empty, source.stream);
     let mut read = stage(&mut tx, source, rejects_writer(rejects)?, &progress).await?;
+    if stream && read.ends_mid_line {
+        return Err(ImportError::EndsMidLine);
+    }
     if read.records == 0 && !allow_empty {
         return Err(ImportError::NoRecords);
     }
