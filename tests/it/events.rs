@@ -550,3 +550,83 @@ async fn a_database_that_stops_answering_is_503_and_the_retries_lose_nothing(poo
     assert_eq!(stored(&pool).await, 2);
     assert_eq!(listed(&pool).await.len(), 2);
 }
+
+/// PostgreSQL restarted mid-stream (every connection cut, the server away for a moment): a
+/// request waits for it at most its bound, then hears 503 and is retried, as the vendor does;
+/// every event is stored, each once.
+#[tokio::test]
+async fn a_database_restart_mid_stream_loses_no_event_and_stores_each_once() {
+    let server = std::sync::Arc::new(OwnServer::start(false));
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(Duration::from_millis(500))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    campaign_sender::store::MIGRATOR.run(&pool).await.unwrap();
+    seed(&pool, CAMPAIGN, 200).await;
+    let url = format!(
+        "{}/events/postmark",
+        serve_events(pool.clone(), listeners(false)).await
+    );
+    let auth = vec![(
+        "Authorization",
+        format!(
+            "Basic {}",
+            b64(format!("{POSTMARK_USER}:{POSTMARK_PASSWORD}").as_bytes())
+        ),
+    )];
+    let delivery = |m: i64| {
+        json!({"RecordType": "Delivery", "MessageID": format!("pm-{m}"), "DeliveredAt": "t",
+               "Recipient": format!("member{m}@example.com"),
+               "Metadata": {"campaign_id": CAMPAIGN, "member_id": m.to_string()}})
+        .to_string()
+    };
+    let before: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT pg_postmaster_start_time()")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    let restarting = server.clone();
+    let restart = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        restarting.restart();
+    });
+    let (mut unavailable, t0, mut m) = (0, std::time::Instant::now(), 0);
+    let mut slowest = Duration::ZERO;
+    // Events until the server is back and a few more: the stream spans the restart.
+    while m < 20 || !restart.is_finished() {
+        m += 1;
+        // As a vendor does: again until it is taken (bounded).
+        loop {
+            let asked = std::time::Instant::now();
+            let status = post(&url, &auth, &delivery(m)).await;
+            slowest = slowest.max(asked.elapsed());
+            match status {
+                200 => break,
+                503 => unavailable += 1,
+                other => panic!("member {m}: {other}"),
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "the database never came back"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    restart.join().unwrap();
+    // The stream spanned the restart (the loop ran until it was done); the server did restart.
+    let started: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT pg_postmaster_start_time()")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert!(started > before, "the server was not restarted");
+    assert!(
+        slowest < Duration::from_secs(5),
+        "a request waited {slowest:?}"
+    );
+    eprintln!("{m} events, {unavailable} answers 503 while the server was away");
+    assert_eq!(stored(&pool).await, m);
+}

@@ -376,6 +376,20 @@ impl OwnServer {
             .count()
     }
 
+    /// Stops the server (fast: every connection cut) and starts it again on the same port.
+    pub fn restart(&self) {
+        let out = std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/pg.sh"))
+            .arg("restart")
+            .arg(&self.dir)
+            .output()
+            .expect("run scripts/pg.sh");
+        assert!(
+            out.status.success(),
+            "restart: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// The superuser over TCP (trusted unless a test changes pg_hba.conf).
     pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
