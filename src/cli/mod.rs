@@ -167,7 +167,8 @@ async fn events(db: &DbConfig, shutdown: CancellationToken) -> u8 {
             return exit::CONFIG;
         }
     };
-    info!(%addr, "listening for the vendors' events");
+    crate::events::server::start_counters_at_zero(&listeners);
+    info!(%addr, vendors = ?listeners.vendors(), "listening for the vendors' events");
     tokio::spawn(crate::events::server::prune_tokens(
         pool.clone(),
         shutdown.clone(),

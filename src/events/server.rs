@@ -61,6 +61,40 @@ pub fn router(pool: PgPool, listeners: Listeners) -> Router {
         .with_state(app)
 }
 
+impl Listeners {
+    /// The vendors listened for, as their paths name them.
+    pub fn vendors(&self) -> Vec<&'static str> {
+        [
+            ("sendgrid", self.sendgrid.is_some()),
+            ("ses", self.sns.is_some()),
+            ("postmark", self.postmark.is_some()),
+            ("mailgun", self.mailgun.is_some()),
+            ("resend", self.resend.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(v, on)| on.then_some(v))
+        .collect()
+    }
+}
+
+/// Puts the counters the alerts take `increase` of on `/metrics` at 0 for every vendor
+/// listened for: Prometheus cannot see the first increment of a series that appears with it.
+pub fn start_counters_at_zero(l: &Listeners) {
+    for vendor in l.vendors() {
+        counter!(EVENTS_UNAVAILABLE_TOTAL, "vendor" => vendor).increment(0);
+        for reason in [
+            "unsigned",
+            "bad_signature",
+            "stale",
+            "replayed",
+            "foreign",
+            "cert_unavailable",
+        ] {
+            counter!(EVENTS_REFUSED_TOTAL, "vendor" => vendor, "reason" => reason).increment(0);
+        }
+    }
+}
+
 /// Prunes Mailgun tokens past their age bound, every minute, until `stop`.
 pub async fn prune_tokens(pool: PgPool, stop: tokio_util::sync::CancellationToken) {
     loop {

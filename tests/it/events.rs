@@ -630,3 +630,77 @@ async fn a_database_restart_mid_stream_loses_no_event_and_stores_each_once() {
     eprintln!("{m} events, {unavailable} answers 503 while the server was away");
     assert_eq!(stored(&pool).await, m);
 }
+
+/// `campaign-sender events` as a process, logged in as its own role (docs/roles.sql): refuses to
+/// start with no vendor configured (78); serves /healthz, 404 for a vendor without a secret,
+/// records an event with exactly the grants it has, and its alerted counters start at 0.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn the_events_command_runs_as_its_role_and_says_what_is_missing(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 2).await;
+    unconfirmed(&pool, 1).await;
+    let db = role_url(&pool, "campaign_sender_events").await;
+    let (code, _, err) = finish(spawn_sender(&["events"], &db, &[]), Duration::from_secs(30)).await;
+    assert_eq!(code, campaign_sender::exit::CONFIG as i32, "{err}");
+    assert!(err.contains("no vendor is configured"), "{err}");
+
+    let (events, metrics) = (refused_addr(), refused_addr());
+    let (events, metrics) = (events.to_string(), metrics.to_string());
+    let child = spawn_sender(
+        &["events"],
+        &db,
+        &[
+            ("EVENTS_ADDR", &events),
+            ("METRICS_ADDR", &metrics),
+            ("POSTMARK_WEBHOOK_USER", POSTMARK_USER),
+            ("POSTMARK_WEBHOOK_PASSWORD", POSTMARK_PASSWORD),
+        ],
+    );
+    let base = format!("http://{events}");
+    until_some(Duration::from_secs(30), "events to listen", || async {
+        reqwest::get(format!("{base}/healthz"))
+            .await
+            .ok()?
+            .status()
+            .is_success()
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        post(&format!("{base}/events/sendgrid"), &[], "[]").await,
+        404
+    );
+    let auth = vec![(
+        "Authorization",
+        format!(
+            "Basic {}",
+            b64(format!("{POSTMARK_USER}:{POSTMARK_PASSWORD}").as_bytes())
+        ),
+    )];
+    let delivered = json!({"RecordType": "Delivery", "MessageID": "pm-1", "DeliveredAt": "t",
+        "Recipient": "member1@example.com", "Metadata": {"campaign_id": CAMPAIGN, "member_id": "1"}});
+    let bounced = json!({"RecordType": "Bounce", "Type": "HardBounce", "ID": 7, "MessageID": "pm-2",
+        "Email": "member2@example.com", "Metadata": {"campaign_id": CAMPAIGN, "member_id": "2"}});
+    for body in [delivered, bounced] {
+        assert_eq!(
+            post(&format!("{base}/events/postmark"), &auth, &body.to_string()).await,
+            200
+        );
+    }
+    assert_eq!(state_of(&pool, 1).await.0, "sent");
+    assert_eq!(listed(&pool).await.len(), 1);
+    let text = metrics_text(&metrics).await.unwrap();
+    for line in [
+        "campaign_sender_events_unavailable_total{worker=",
+        "campaign_sender_events_refused_total{worker=",
+        "campaign_sender_events_total{",
+    ] {
+        assert!(text.contains(line), "{line} missing from:\n{text}");
+    }
+    assert!(!text.contains("@example.com"), "an address in the metrics");
+    std::process::Command::new("kill")
+        .args(["-TERM", &child.id().unwrap().to_string()])
+        .status()
+        .unwrap();
+    let (code, _, err) = finish(child, Duration::from_secs(30)).await;
+    assert_eq!(code, 0, "{err}");
+}
