@@ -19,6 +19,7 @@ pub struct Fleet {
     logdir: PathBuf,
     pool: PgPool,
     stats_url: String,
+    callgrind: bool,
     pub workers: Vec<Child>,
 }
 
@@ -62,6 +63,21 @@ fn cpu_ticks(pid: u32) -> Option<u64> {
     let rest: Vec<&str> = s.rsplit_once(')')?.1.split_whitespace().collect();
     // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
     Some(rest.get(11)?.parse::<u64>().ok()? + rest.get(12)?.parse::<u64>().ok()?)
+}
+
+/// Where worker `i`'s callgrind counts are written (`--callgrind`).
+fn callgrind_file(logdir: &std::path::Path, i: usize) -> PathBuf {
+    logdir.join(format!("callgrind-{i}.out"))
+}
+
+/// The instructions worker `i` executed, from its callgrind file's `totals:` line (written
+/// when it exits); `None` without `--callgrind` or before it exited.
+pub fn instructions(logdir: &std::path::Path, i: usize) -> Option<u64> {
+    let text = std::fs::read_to_string(callgrind_file(logdir, i)).ok()?;
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("totals:") || l.starts_with("summary:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 fn peak_rss_kib(pid: u32) -> Option<u64> {
@@ -110,6 +126,7 @@ impl Fleet {
             logdir,
             pool,
             stats_url: format!("{base}/stats"),
+            callgrind: a.callgrind,
             workers: Vec::new(),
         };
         for _ in 0..a.workers {
@@ -121,7 +138,19 @@ impl Fleet {
     /// One more worker, `JOB_COMPLETION_INDEX` = its index (as an Indexed Job gives it).
     fn spawn(&mut self) -> anyhow::Result<usize> {
         let i = self.workers.len();
-        let child = Command::new(&self.sender)
+        let mut cmd = if self.callgrind {
+            let mut c = Command::new("valgrind");
+            c.arg("--tool=callgrind")
+                .arg(format!(
+                    "--callgrind-out-file={}",
+                    callgrind_file(&self.logdir, i).display()
+                ))
+                .arg(&self.sender);
+            c
+        } else {
+            Command::new(&self.sender)
+        };
+        let child = cmd
             .arg("run")
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env("JOB_COMPLETION_INDEX", i.to_string())

@@ -99,6 +99,11 @@ pub struct Args {
     /// `MAIL_CA_FILE` — what TLS costs the workers in CPU and memory.
     #[arg(long)]
     tls: bool,
+    /// Run every worker under `valgrind --tool=callgrind` and report the instructions each
+    /// executed (`instructions`): CPU per mail as a count, the same however busy the machine
+    /// is (valgrind slows a worker ~50×: keep the rate low, e.g. `--provider-rate 50`).
+    #[arg(long)]
+    callgrind: bool,
     /// The CA the workers and the harness trust (set by --tls).
     #[arg(skip)]
     ca_file: Option<PathBuf>,

@@ -282,6 +282,8 @@ fn print_json(
         "final_states": r.states.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>(),
         "peak_rss_mib": run.rss.iter().map(|k| mib(*k)).collect::<Vec<_>>(),
         "cpu_s": run.cpu_ticks.iter().map(|t| *t as f64 / 100.0).collect::<Vec<_>>(),
+        "instructions": a.callgrind.then(|| (0..run.codes.len())
+            .map(|i| super::fleet::instructions(logdir, i)).collect::<Vec<_>>()),
         "tls": a.tls,
         "exit_codes": codes,
         "kill": a.kill_after_s.map(|t| json!({"after_s": t, "signal": a.kill_signal, "lease_s": a.lease_s,
