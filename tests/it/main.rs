@@ -9,6 +9,7 @@ mod archive;
 mod claim;
 mod e2e;
 mod events;
+mod events_e2e;
 mod events_sns;
 mod exit_codes;
 mod hostile;

@@ -516,3 +516,36 @@ async fn a_campaign_id_that_cannot_travel_is_refused_where_it_is_made_and_sent(p
     .unwrap();
     assert_eq!(pending, 3, "a row of the legacy campaign was touched");
 }
+
+/// A stream (a pipe) that ends in the middle of a line was cut off — its producer died — and
+/// nothing is imported (65); a named file is complete as it is, final newline or not.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_stream_cut_mid_line_imports_nothing_and_a_file_without_a_final_newline_imports(
+    pool: PgPool,
+) {
+    let db = operator_url(&pool).await;
+    let cut = "member_id,email\n1,a@example.com\n2,b@example.co";
+    let (code, out, err) = import(&pool, cut, &[]).await;
+    assert_eq!(code, exit::DATA_ERROR as i32, "{out}\n{err}");
+    assert!(err.contains("ended in the middle of a line"), "{err}");
+    let rows = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM campaign_targets")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    assert_eq!(rows().await, 0);
+    let file = temp_path("no-final-newline.csv");
+    std::fs::write(&file, cut).unwrap();
+    let (code, out, err) = finish(
+        spawn_sender(
+            &["import", "--campaign", CAMPAIGN, file.to_str().unwrap()],
+            &db,
+            &[],
+        ),
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert_eq!(rows().await, 2);
+}
