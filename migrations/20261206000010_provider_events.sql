@@ -24,6 +24,7 @@ CREATE TABLE IF NOT EXISTS webhook_tokens (
     seen_at  timestamptz NOT NULL DEFAULT now()
 );
 
--- Who listed an address: `operator` (`suppress`), or the vendor whose send or event did.
--- Nullable without a default: metadata-only; rows listed before this are NULL (unknown).
+-- Who listed an address: the vendor whose event did (`campaign-sender events`); NULL for the
+-- lists `suppress` loads and for Postmark's refusals at send, and for rows listed before this.
+-- Nullable without a default: metadata-only.
 ALTER TABLE suppressions ADD COLUMN IF NOT EXISTS source text;
