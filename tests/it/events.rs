@@ -312,6 +312,19 @@ async fn resend_events_signed_as_svix_signs_them_are_taken_once_and_stale_ones_r
         )]
     );
     assert_eq!(state_of(&pool, 1).await.0, "sent");
+    // Out of order: a delivery reported after the complaint lifts nothing.
+    let late = json!({"type": "email.delivered", "data": {"email_id": "e-2",
+        "to": ["member2@example.com"], "tags": {"campaign_id": CAMPAIGN, "member_id": "2"}}})
+    .to_string();
+    assert_eq!(
+        post(&url, &resend_signed("msg_3", now, &late), &late).await,
+        200
+    );
+    assert_eq!(
+        listed(&pool).await.len(),
+        1,
+        "a late delivery lifted the complaint"
+    );
 }
 
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
