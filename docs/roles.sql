@@ -28,6 +28,9 @@
 -- campaign_sender_events (`events`, the vendors' webhooks): records each event once
 -- (provider_events, webhook_tokens), lists an address (suppressions) and settles a row whose
 -- attempt had an unknown outcome (the delivery columns of campaign_targets).
+-- campaign_sender_web (`web`, the status page): reads what `status` reads, nothing else; it
+-- writes nothing. It may read `email` only to join a suppressed row to its listing's reason
+-- (the page never shows an address), and never a row's template data.
 -- campaign_sender_keda (KEDA's backlog query, manifests/overlays/deployment/scaledobject.yaml):
 -- reads only the columns that query needs, never an address or a result.
 
@@ -54,6 +57,13 @@ $$;
 
 DO $$
 BEGIN
+    CREATE ROLE campaign_sender_web LOGIN;
+EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;  -- exists, or created concurrently
+END
+$$;
+
+DO $$
+BEGIN
     CREATE ROLE campaign_sender_keda LOGIN;
 EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;  -- exists, or created concurrently
 END
@@ -63,9 +73,16 @@ $$;
 REVOKE ALL ON campaign_targets, rate_limits, rate_pods, rate_usage, campaigns, run_budgets,
     suppressions, campaign_archive, archived_campaigns, _sqlx_migrations, provider_events,
     webhook_tokens FROM campaign_sender_worker, campaign_sender_operator, campaign_sender_keda,
-    campaign_sender_events;
+    campaign_sender_events, campaign_sender_web;
 GRANT USAGE ON SCHEMA public TO campaign_sender_worker, campaign_sender_operator,
-    campaign_sender_keda, campaign_sender_events;
+    campaign_sender_keda, campaign_sender_events, campaign_sender_web;
+
+GRANT SELECT (campaign_id, member_id, email, state, attempts, opted_out_at, not_before,
+              send_after, sent_at, last_status, last_error, unknown_since)
+    ON campaign_targets TO campaign_sender_web;
+GRANT SELECT ON campaigns, archived_campaigns, campaign_archive, rate_limits, rate_pods,
+    rate_usage, provider_events, _sqlx_migrations TO campaign_sender_web;
+GRANT SELECT (email, reason) ON suppressions TO campaign_sender_web;
 
 GRANT SELECT, INSERT ON provider_events TO campaign_sender_events;
 GRANT SELECT, INSERT, DELETE ON webhook_tokens TO campaign_sender_events;

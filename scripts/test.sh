@@ -10,4 +10,7 @@ cd "$(dirname "$0")/.."
 # moto's SES (tests/it/ses_moto.rs), from PyPI into target/ on first use.
 MOTO_BIN=${MOTO_BIN:-$(scripts/moto.sh)}
 export MOTO_BIN
+# The status page in headless Chromium (tests/it/web_browser.rs): Debian's chromium, npm packages.
+BROWSER_TESTS=${BROWSER_TESTS:-$(scripts/browser.sh)}
+export BROWSER_TESTS
 cargo test --workspace --locked "$@"

@@ -29,6 +29,8 @@
 //!   bounces and complaints, settled rows from deliveries;
 //! - [`import`]: CSV → `COPY` → checks → idempotent insert, in one transaction;
 //! - [`status`]: what `status` shows (counts, rate, ETA, pause, pods, failure reasons);
+//! - [`web`]: `campaign-sender web`, the same figures as a page that refreshes itself, read in
+//!   the background (`board.rs`) and drawn on the server (`page.rs`, `chart.rs`);
 //! - [`cli`]: the subcommands, for the binary (`src/main.rs`), which owns signals and the exit.
 //!
 //! The fake provider and the load harnesses are crates of their own (`fake-provider/`,
@@ -48,5 +50,6 @@ pub mod report;
 pub mod status;
 pub mod store;
 pub mod telemetry;
+pub mod web;
 pub mod window;
 pub mod worker;

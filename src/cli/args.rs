@@ -35,6 +35,13 @@ pub enum Command {
     /// complaints and unsubscribes suppress the address, deliveries settle unconfirmed rows.
     /// SIGTERM stops it after the requests in flight.
     Events,
+    /// The status page (WEB_ADDR, default 127.0.0.1:8081): every campaign, its progress, rate,
+    /// ETA, charts and the provider's events, refreshing itself; read-only. SIGTERM stops it.
+    Web {
+        /// For the failure budget shown, unless the campaign's settings row has its own.
+        #[arg(long, env = "MAX_PERMANENT_FAILURE_RATIO", default_value_t = 0.01)]
+        max_permanent_failure_ratio: f64,
+    },
     /// Load recipients from CSV (`member_id,email`, header optional) into a campaign, in one
     /// transaction: any invalid or repeated line and nothing is imported (exit 65), unless
     /// --skip-invalid names a file for the rejects. Rows the campaign already has are left

@@ -55,6 +55,9 @@ pub async fn run(cli: Cli, shutdown: CancellationToken) -> u8 {
         Command::Run => work(&db, None, shutdown).await,
         Command::Serve { wait_for_campaign } => work(&db, Some(wait_for_campaign), shutdown).await,
         Command::Events => events(&db, shutdown).await,
+        Command::Web {
+            max_permanent_failure_ratio,
+        } => web(&db, max_permanent_failure_ratio, shutdown).await,
         operator => {
             let db = Db::new(&db, Who::Operator);
             let pool = match db.ready_pool(Patience::Interactive, Duration::ZERO).await {
@@ -149,7 +152,7 @@ async fn events(db: &DbConfig, shutdown: CancellationToken) -> u8 {
             return exit::CONFIG;
         }
     }
-    let db = Db::new(db, Who::Worker);
+    let db = Db::new(db, Who::Events);
     let pool = match db
         .ready_pool(
             Patience::Worker,
@@ -182,6 +185,60 @@ async fn events(db: &DbConfig, shutdown: CancellationToken) -> u8 {
         Ok(()) => exit::DONE,
         Err(e) => {
             error!(error = %e, "the events server failed");
+            1
+        }
+    }
+}
+
+/// `web`: the status page, until `shutdown`. It listens at once (`/healthz` answers 503 until
+/// the first round of reads is done) and reads the database in the background.
+async fn web(db: &DbConfig, ratio: f64, shutdown: CancellationToken) -> u8 {
+    let cfg = match crate::config::WebConfig::from_env() {
+        Ok(c) => c,
+        Err(e) => return config_failure(e),
+    };
+    let (addr, logins) = match cfg.socket().and_then(|a| Ok((a, cfg.logins()?))) {
+        Ok(x) => x,
+        Err(e) => return config_failure(e),
+    };
+    let db = Db::new(db, Who::Web);
+    let pool = match db
+        .ready_pool(
+            Patience::Worker,
+            Duration::from_secs(db.cfg.db_connect_retry_s),
+        )
+        .await
+    {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("configuration error: WEB_ADDR: cannot listen on {addr} ({e})");
+            return exit::CONFIG;
+        }
+    };
+    let board = crate::web::board::Board::new(
+        Duration::from_secs(cfg.web_refresh_s),
+        Duration::from_millis(cfg.web_db_timeout_ms),
+    );
+    tokio::spawn(crate::web::board::refresh(
+        pool,
+        board.clone(),
+        ratio,
+        shutdown.clone(),
+    ));
+    info!(%addr, login = !logins.is_empty(), "serving the status page");
+    let app = crate::web::router(board, logins);
+    let stop = shutdown.clone();
+    match axum::serve(listener, app)
+        .with_graceful_shutdown(async move { stop.cancelled().await })
+        .await
+    {
+        Ok(()) => exit::DONE,
+        Err(e) => {
+            error!(error = %e, "the status page's server failed");
             1
         }
     }

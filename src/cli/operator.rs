@@ -147,7 +147,11 @@ pub async fn dispatch(cmd: Command, pool: &PgPool, db: &Db<'_>, shutdown: Cancel
         Command::Suppress { file, remove } => {
             return super::suppress::suppress_cmd(pool, db, file, remove).await;
         }
-        Command::Migrate | Command::Run | Command::Serve { .. } | Command::Events => {
+        Command::Migrate
+        | Command::Run
+        | Command::Serve { .. }
+        | Command::Events
+        | Command::Web { .. } => {
             unreachable!("not an operator command")
         }
     };
@@ -194,7 +198,11 @@ fn named_campaign(cmd: &Command) -> Option<(&str, bool)> {
         Command::Configure {
             campaign, create, ..
         } => Some((campaign, *create)),
-        Command::Migrate | Command::Run | Command::Serve { .. } | Command::Events => None,
+        Command::Migrate
+        | Command::Run
+        | Command::Serve { .. }
+        | Command::Events
+        | Command::Web { .. } => None,
     }
 }
 

@@ -10,11 +10,13 @@
 //!   `vendor.rs` holds its provider side: the endpoint, the idempotency window the vendor
 //!   allows, SES's credentials.
 //! - [`EventsConfig`] (`events.rs`): the webhook server's address, bounds and vendor secrets.
+//! - [`WebConfig`] (`web.rs`): the status page's address, login file and refresh.
 
 mod db;
 mod events;
 mod run;
 mod vendor;
+mod web;
 
 use std::fmt;
 
@@ -23,6 +25,7 @@ use serde::{Deserialize, Serialize};
 pub use db::DbConfig;
 pub use events::EventsConfig;
 pub use run::{RunConfig, BOUNDS};
+pub use web::WebConfig;
 
 /// A configuration read once from environment variables (envy: each field is the variable of
 /// its name, upper-cased) and checked before anything uses it.
@@ -113,8 +116,8 @@ impl ConfigError {
     }
 }
 
-/// Every environment variable the binary reads: the fields of [`DbConfig`], [`RunConfig`] and
-/// [`EventsConfig`]
+/// Every environment variable the binary reads: the fields of [`DbConfig`], [`RunConfig`],
+/// [`EventsConfig`] and [`WebConfig`]
 /// (their names upper-cased, as envy reads them) and the logging ones of [`crate::telemetry`].
 /// The manifests' ConfigMap may only set these (tests/it/manifests.rs).
 pub fn known_variables() -> Vec<String> {
@@ -123,10 +126,13 @@ pub fn known_variables() -> Vec<String> {
     let run = RunConfig::with_defaults("c", "http://127.0.0.1/");
     let events: EventsConfig =
         envy::from_iter(std::iter::empty::<(String, String)>()).expect("every field has a default");
+    let web: WebConfig =
+        envy::from_iter(std::iter::empty::<(String, String)>()).expect("every field has a default");
     let mut vars: Vec<String> = [
         serde_json::to_value(db),
         serde_json::to_value(run),
         serde_json::to_value(events),
+        serde_json::to_value(web),
     ]
     .into_iter()
     .filter_map(|v| v.ok())

@@ -9,7 +9,7 @@
 
 mod render;
 
-pub use render::{one_line, render};
+pub use render::{budget, duration, one_line, render};
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;

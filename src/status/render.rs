@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use super::{Status, WindowStatus};
 use crate::store::Reason;
 
-pub(super) fn duration(s: f64) -> String {
+pub fn duration(s: f64) -> String {
     let s = s.round() as u64;
     match s {
         0..=59 => format!("{s}s"),
@@ -242,7 +242,7 @@ fn render_window(o: &mut String, w: &WindowStatus, done: bool, now: chrono::Date
 
 /// The failure budget in words: "budget 12 = 1 % of 1200", or, for a campaign too small for
 /// its ratio to allow one row, that any failure stops a run.
-pub(super) fn budget(s: &Status) -> String {
+pub fn budget(s: &Status) -> String {
     let pct = s.failure_ratio * 100.0;
     let total = s.progress.counts.total;
     if s.failure_budget == 0 {

@@ -2,6 +2,7 @@
 //!
 //! - [`targets`]: `campaign_targets`, the work queue (claim, re-check, heartbeat, fenced finish,
 //!   what is left, counts for `status`); [`failed`]: failure reasons and `retry-failed`;
+//!   [`history`]: deliveries per minute over a campaign's life (the status page's chart);
 //! - [`campaigns`]: `campaigns`, the optional settings row (template, budget, send window) and
 //!   the fleet-wide kill switch;
 //! - [`budgets`]: `run_budgets`, one time budget per Job;
@@ -32,6 +33,7 @@ pub mod campaigns;
 pub mod connect;
 pub mod events;
 pub mod failed;
+pub mod history;
 pub mod import;
 pub mod outage;
 pub mod problem;

@@ -24,6 +24,10 @@ pub enum Who {
     Worker,
     /// `import`, `status`, `pause`, …: `campaign_sender_operator`.
     Operator,
+    /// `events`: `campaign_sender_events`.
+    Events,
+    /// `web`: `campaign_sender_web`.
+    Web,
     /// `migrate`: the schema owner.
     Owner,
 }
@@ -33,6 +37,8 @@ impl Who {
         match self {
             Who::Worker => Some("campaign_sender_worker"),
             Who::Operator => Some("campaign_sender_operator"),
+            Who::Events => Some("campaign_sender_events"),
+            Who::Web => Some("campaign_sender_web"),
             Who::Owner => None,
         }
     }

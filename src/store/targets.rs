@@ -22,7 +22,7 @@ use std::time::Duration;
 use sqlx::{FromRow, PgPool};
 
 /// Run first, in the transaction of a statement that reads all of one campaign's rows
-/// ([`Store::progress`], [`Store::rate_before`]).
+/// ([`Store::progress`], [`Store::rate_before`], [`Store::sent_per_minute`]).
 ///
 /// Invariant: such a statement reads that campaign's rows only (its primary-key range), so its
 /// cost grows with the campaign, not with the finished campaigns kept beside it. Left to its
@@ -30,7 +30,7 @@ use sqlx::{FromRow, PgPool};
 /// with every campaign kept (docs/BENCHMARKS.md, "The table grows").
 /// `scripts/explain-claim.sh` fails otherwise.
 // language=PostgreSQL
-const ONE_CAMPAIGN_ONLY: &str = "SET LOCAL enable_seqscan = off";
+pub(super) const ONE_CAMPAIGN_ONLY: &str = "SET LOCAL enable_seqscan = off";
 use uuid::Uuid;
 
 pub use super::row_state::RowState;

@@ -27,4 +27,6 @@ mod suppress;
 mod tls;
 mod unconfirmed;
 mod vendors;
+mod web;
+mod web_browser;
 mod windows;

@@ -1,0 +1,399 @@
+//! The status page's HTML (maud: every value escaped), drawn from the [`Board`]'s last reads:
+//! the index of every campaign, one campaign, and the error pages.
+//!
+//! Invariant: no page shows personal data. An address never reaches a [`Status`]; free text
+//! an operator typed (a pause reason) goes through [`crate::import::csv::quoted`], which shows
+//! no value that may be an address; URLs carry campaign ids only.
+
+use chrono::{DateTime, Utc};
+use maud::{html, Markup, DOCTYPE};
+
+use super::board::{Board, View};
+use super::chart;
+use super::state::State;
+use crate::status::{budget, duration, Status};
+
+/// `1 200 000`: digits in groups of three, thin-spaced.
+pub fn grouped(n: i64) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push('\u{2009}');
+        }
+        out.push(c);
+    }
+    if n < 0 {
+        format!("-{out}")
+    } else {
+        out
+    }
+}
+
+fn utc(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+}
+
+/// `in 4h12m` / `4h12m ago`.
+fn relative(t: DateTime<Utc>, now: DateTime<Utc>) -> String {
+    let s = (t - now).num_seconds();
+    if s >= 0 {
+        format!("in {}", duration(s as f64))
+    } else {
+        format!("{} ago", duration(-s as f64))
+    }
+}
+
+/// `just now` / `12s ago`.
+fn ago(t: DateTime<Utc>, now: DateTime<Utc>) -> String {
+    match (now - t).num_seconds() {
+        ..=0 => "just now".into(),
+        s => format!("{} ago", duration(s as f64)),
+    }
+}
+
+/// Rows settled (nothing more to do for them) out of all.
+fn settled(s: &Status) -> i64 {
+    let c = &s.progress.counts;
+    c.sent + c.failed + c.opted_out + c.unconfirmed + c.suppressed
+}
+
+fn percent(part: i64, whole: i64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        100.0 * part as f64 / whole as f64
+    }
+}
+
+/// Every page's frame: the head (one stylesheet, one script, both ours), the header, `main`.
+fn frame(title: &str, refresh_s: u64, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · campaign-sender" }
+                link rel="stylesheet" href="/static/web.css";
+                link rel="icon" href="/static/icon.svg" type="image/svg+xml";
+                script src="/static/live.js" defer {}
+            }
+            body data-refresh-s=(refresh_s) {
+                a.skip href="#main" { "Skip to the figures" }
+                header {
+                    nav aria-label="Site" {
+                        a.home href="/" { "campaign-sender" }
+                        span.muted { " · status" }
+                    }
+                }
+                main #main tabindex="-1" { (body) }
+            }
+        }
+    }
+}
+
+fn badge(st: &State) -> Markup {
+    html! { span class=(format!("badge {}", st.word().replace(' ', "-"))) { (st.word()) } }
+}
+
+/// `812 034 / 1 200 000 settled (67.7 %)` with a bar.
+fn progress(s: &Status) -> Markup {
+    let total = s.progress.counts.total;
+    let done = settled(s);
+    let label = format!(
+        "{} / {} settled ({:.1} %)",
+        grouped(done),
+        grouped(total),
+        percent(done, total)
+    );
+    html! {
+        div.progress {
+            progress max=(total.max(1)) value=(done) aria-label=(format!("{}: {label}", s.campaign_id)) {}
+            span.figure data-settled=(done) { (label) }
+        }
+    }
+}
+
+/// `498/s of 500/s` (the key's limit in force).
+fn rate(s: &Status) -> String {
+    let limit = s.limits.iter().find_map(|k| k.limit_per_s);
+    match limit {
+        Some(l) => format!("{:.0}/s of {l:.0}/s", s.rate_per_s),
+        None => format!("{:.0}/s", s.rate_per_s),
+    }
+}
+
+/// The ETA as the index and the campaign page show it: whole send windows when there is one.
+fn eta(s: &Status) -> String {
+    if s.done {
+        return "done".into();
+    }
+    if let Some(w) = &s.window {
+        return match &w.finish {
+            Some(f) => format!(
+                "about {} ({} window{})",
+                f.at.with_timezone(&w.send_window.tz)
+                    .format("%a %b %-d %H:%M %Z"),
+                f.windows,
+                if f.windows == 1 { "" } else { "s" }
+            ),
+            None => "unknown: nothing delivered yet".into(),
+        };
+    }
+    match s.eta_s {
+        Some(e) => format!("{} at this rate", duration(e)),
+        None => "unknown: nothing delivered in the last minute".into(),
+    }
+}
+
+/// The index: every campaign, those stopped by something first.
+pub fn index(board: &Board, views: &[View], now: DateTime<Utc>) -> Markup {
+    frame(
+        "Campaigns",
+        board.refresh.as_secs(),
+        html! {
+            h1 { "Campaigns" }
+            (read_at(views.iter().map(|v| v.status.at).min(), now))
+            @if views.is_empty() {
+                p.empty { "No campaign yet: `campaign-sender import --campaign NAME FILE` makes one." }
+            } @else {
+                table #campaigns {
+                    caption.visually-hidden { "Every campaign: state, progress, rate and ETA" }
+                    thead { tr {
+                        th scope="col" { "Campaign" } th scope="col" { "State" }
+                        th scope="col" { "Progress" } th scope="col" { "Rate now" } th scope="col" { "ETA" }
+                    } }
+                    tbody {
+                        @for v in views {
+                            @let s = &v.status;
+                            @let st = State::of(s);
+                            tr {
+                                th scope="row" { a href=(format!("/campaigns/{}", s.campaign_id)) { (s.campaign_id) } }
+                                td { (badge(&st)) (state_detail(&st, now)) }
+                                td { (progress(s)) }
+                                td.num { (rate(s)) }
+                                td { (eta(s)) }
+                            }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+fn read_at(at: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Markup {
+    html! {
+        p.muted #read-at {
+            @if let Some(at) = at { "Figures read " (ago(at, now)) " (" (utc(at)) "); this page refreshes itself." }
+        }
+    }
+}
+
+/// The state's detail in a few words, for the index.
+fn state_detail(st: &State, now: DateTime<Utc>) -> Markup {
+    let text = match st {
+        State::Paused { by, .. } => format!(" by {}", crate::import::csv::escaped_cut(by, 40)),
+        State::OutsideWindow { opens_at } => format!(" until {}", relative(*opens_at, now)),
+        State::AtQuota { until: Some(u) } => format!(" until {}", relative(*u, now)),
+        State::Archived { at: Some(a) } => format!(" {}", a.format("%Y-%m-%d")),
+        _ => String::new(),
+    };
+    html! { span.detail { (text) } }
+}
+
+/// The banner of a campaign that something stops, with the command that lifts it.
+fn banner(s: &Status, st: &State, now: DateTime<Utc>) -> Markup {
+    let id = &s.campaign_id;
+    match st {
+        State::Paused { by, at, reason } => html! {
+            div.banner.paused #banner {
+                strong { "Paused" } " by " (crate::import::csv::escaped_cut(by, 40)) " since " (utc(*at))
+                @if let Some(r) = reason { ": " (crate::import::csv::quoted(r)) }
+                ". " code { "campaign-sender resume --campaign " (id) } " lifts it."
+            }
+        },
+        State::Refused { advice } => html! {
+            div.banner.refused #banner { strong { "Refused by the provider" } ": " (advice) }
+        },
+        State::AtQuota { until } => html! {
+            div.banner.quota #banner {
+                strong { "A sending quota is used up" }
+                @match until {
+                    Some(u) => { ": it frees " (relative(*u, now)) " (" (utc(*u)) "), by itself." }
+                    None => { ": it frees as the last 24 hours' sends age out." }
+                }
+            }
+        },
+        _ => html! {},
+    }
+}
+
+/// One campaign: state, progress, counts, charts, funnel, reasons, what waits for an operator.
+pub fn campaign(board: &Board, v: &View, now: DateTime<Utc>) -> Markup {
+    let s = &v.status;
+    let st = State::of(s);
+    let c = &s.progress.counts;
+    frame(
+        &s.campaign_id,
+        board.refresh.as_secs(),
+        html! {
+            p.crumbs { a href="/" { "All campaigns" } }
+            h1 { (s.campaign_id) " " (badge(&st)) }
+            div #live {
+                (banner(s, &st, now))
+                (read_at(Some(s.at), now))
+                (progress(s))
+                dl.facts {
+                    dt { "Rate now" } dd { (rate(s)) " over the last minute (" (grouped(s.progress.sent_last_minute)) " delivered)" }
+                    dt { "ETA" } dd { (eta(s)) }
+                    @if let Some(w) = &s.window {
+                        dt { "Send window" } dd {
+                            (w.window) ": " @if w.open { "open, closes " } @else { "closed, opens " }
+                            (relative(w.next_change, now))
+                        }
+                    }
+                    dt { "Template" } dd { (s.template) }
+                    dt { "Failure budget" } dd { (budget(s)) }
+                }
+                h2.visually-hidden { "Rows by state" }
+                dl.tiles {
+                    @for (label, n, note) in [
+                        ("sent", c.sent, None),
+                        ("failed", c.failed, None),
+                        ("pending", c.pending, Some(format!("{} to retry, {} scheduled",
+                            grouped(s.progress.retry_waiting), grouped(s.progress.scheduled)))),
+                        ("sending", c.sending, None),
+                        ("opted out", c.opted_out, None),
+                        ("unconfirmed", c.unconfirmed, None),
+                        ("suppressed", c.suppressed, None),
+                        ("total", c.total, None),
+                    ] {
+                        div.tile { dt { (label) } dd { (grouped(n)) @if let Some(n) = note { small { (n) } } } }
+                    }
+                }
+                (unsendable(s))
+                div.pair {
+                    section {
+                        h2 { "Delivered over time" }
+                        (chart::sent(&v.history))
+                    }
+                    section {
+                        h2 { "The rate limit's shares" }
+                        @for k in &s.limits {
+                            p { (k.limit_line()) }
+                            (chart::shares(&k.members, &s.campaign_id, k.limit_per_s))
+                        }
+                        @if s.limits.is_empty() { p.empty { "No pod has sent for this campaign yet." } }
+                    }
+                }
+                div.trio {
+                    (funnel(s))
+                    (reasons("Top failure reasons", &s.failures))
+                    (reasons("Waiting to retry, by last answer", &s.retrying))
+                    (suppressed(s))
+                }
+            }
+            p.muted { "As JSON (what " code { "status --json" } " prints): "
+                a href=(format!("/api/campaigns/{}", s.campaign_id)) { "/api/campaigns/" (s.campaign_id) } }
+        },
+    )
+}
+
+/// `unconfirmed` with since-when and the command that settles them.
+fn unsendable(s: &Status) -> Markup {
+    let c = &s.progress.counts;
+    html! {
+        @if c.unconfirmed > 0 {
+            div.banner.unconfirmed #unconfirmed {
+                strong { (grouped(c.unconfirmed)) " unconfirmed" }
+                @if let Some(t) = s.unconfirmed_since { " since " (utc(t)) }
+                ": maybe delivered, past the provider's idempotency window. Settle them with "
+                code { "campaign-sender resolve --campaign " (s.campaign_id) " --assume-sent" }
+                " or " code { "--resend" } " (docs/OPERATIONS.md)."
+            }
+        }
+    }
+}
+
+/// `suppressed` rows by the reason their address is listed for.
+fn suppressed(s: &Status) -> Markup {
+    if s.progress.counts.suppressed == 0 {
+        return html! {};
+    }
+    html! {
+        section {
+            h2 { "Suppressed, by reason" }
+            table.counts { tbody {
+                @for b in &s.suppressed { tr { th scope="row" { (b.label.replace('_', " ")) } td.num { (grouped(b.count)) } } }
+            } }
+        }
+    }
+}
+
+/// The vendor's events, once any came: each column with its share of those accepted.
+fn funnel(s: &Status) -> Markup {
+    if s.funnel.iter().all(|(_, n)| *n == 0) {
+        return html! {};
+    }
+    let accepted = s.funnel.first().map(|(_, n)| *n).unwrap_or(0);
+    html! { section {
+        h2 { "What the provider reported" }
+        table.counts.funnel {
+            caption.visually-hidden { "The provider's events, by kind" }
+            tbody {
+                @for (col, n) in &s.funnel {
+                    tr {
+                        th scope="row" { (col.replace('_', " ")) }
+                        td.num { (grouped(*n)) }
+                        td.num.muted { (format!("{:.1} %", percent(*n, accepted))) }
+                    }
+                }
+            }
+        }
+    } }
+}
+
+fn reasons(title: &str, rs: &[crate::store::Reason]) -> Markup {
+    if rs.is_empty() {
+        return html! {};
+    }
+    html! { section {
+        h2 { (title) }
+        table.counts { tbody {
+            @for r in rs {
+                tr {
+                    th scope="row" { @if let Some(st) = r.status { (st) " " } (r.class.replace('_', " ")) }
+                    td.num { (grouped(r.count)) }
+                }
+            }
+        } }
+    } }
+}
+
+/// An error page: what happened and what to do, never a stack trace.
+pub fn error(board: &Board, title: &str, what: Markup) -> Markup {
+    frame(
+        title,
+        board.refresh.as_secs(),
+        html! {
+            p.crumbs { a href="/" { "All campaigns" } }
+            h1 { (title) }
+            div #live { (what) }
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn big_numbers_are_grouped_by_thousands() {
+        assert_eq!(grouped(1_200_000), "1\u{2009}200\u{2009}000");
+        assert_eq!(grouped(999), "999");
+        assert_eq!(grouped(-1000), "-1\u{2009}000");
+        assert_eq!(grouped(0), "0");
+    }
+}

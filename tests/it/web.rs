@@ -1,0 +1,296 @@
+//! `campaign-sender web` over real PostgreSQL, logged in as its own role: what each page shows
+//! and never shows, its headers, its login, the JSON `status --json` prints, and a database
+//! that stops answering. The page in a real browser: `web_browser.rs`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use campaign_sender::web::board::{self, Board};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use crate::helpers::*;
+
+const WEB_ROLE: &str = "campaign_sender_web";
+
+/// The status page in-process on a free port, reading as `campaign_sender_web` through `url`;
+/// returns its base URL and board once the first round of reads is done (or after 10 s).
+async fn serve(
+    url: &str,
+    logins: Vec<String>,
+    timeout: Duration,
+) -> (String, Arc<Board>, CancellationToken) {
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(Duration::from_secs(2))
+        .connect_lazy(url)
+        .unwrap();
+    let b = Board::new(Duration::from_secs(1), timeout);
+    let stop = CancellationToken::new();
+    tokio::spawn(board::refresh(pool, b.clone(), 0.01, stop.clone()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let app = campaign_sender::web::router(b.clone(), logins);
+    let s = stop.clone();
+    tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { s.cancelled().await })
+            .await
+    });
+    for _ in 0..200 {
+        if b.last_round().is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    (base, b, stop)
+}
+
+async fn get(url: &str) -> (u16, reqwest::header::HeaderMap, String) {
+    let r = reqwest::get(url).await.unwrap();
+    let (code, headers) = (r.status().as_u16(), r.headers().clone());
+    (code, headers, r.text().await.unwrap())
+}
+
+/// Two campaigns as an on-call meets them: one half sent with failures, suppressed and
+/// unconfirmed rows, one paused by someone who typed an address into the reason.
+async fn two_campaigns(pool: &PgPool) {
+    seed(pool, "spring", 200).await;
+    seed(pool, "autumn", 50).await;
+    sqlx::raw_sql(
+        "UPDATE campaign_targets SET state = 'sent', sent_at = now() - member_id * interval '2 seconds'
+          WHERE campaign_id = 'spring' AND member_id <= 100;
+         UPDATE campaign_targets SET state = 'failed', attempts = 1, last_status = 400, last_error = 'bad_request'
+          WHERE campaign_id = 'spring' AND member_id BETWEEN 101 AND 103;
+         UPDATE campaign_targets SET state = 'unconfirmed', unknown_since = now() - interval '1 hour'
+          WHERE campaign_id = 'spring' AND member_id BETWEEN 104 AND 105;
+         INSERT INTO suppressions (email, reason) VALUES ('member106@example.com', 'complaint');
+         UPDATE campaign_targets SET state = 'suppressed' WHERE campaign_id = 'spring' AND member_id = 106;",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    campaign_sender::store::campaigns::pause(
+        pool,
+        "autumn",
+        "ops-lead",
+        Some("ask ann@example.com first"),
+    )
+    .await
+    .unwrap();
+}
+
+/// Every page and answer: what `status` counts, the paused campaign first with its banner, the
+/// security headers on each, a 404 page for an unknown campaign — and no address anywhere,
+/// not even the one typed into the pause reason.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn every_page_shows_the_status_figures_and_never_an_address(pool: PgPool) {
+    two_campaigns(&pool).await;
+    let (base, _board, stop) = serve(
+        &role_url(&pool, WEB_ROLE).await,
+        vec![],
+        Duration::from_secs(5),
+    )
+    .await;
+
+    let (code, _, index) = get(&format!("{base}/")).await;
+    assert_eq!(code, 200, "{index}");
+    let (autumn, spring) = (
+        index.find("/campaigns/autumn").unwrap(),
+        index.find("/campaigns/spring").unwrap(),
+    );
+    assert!(autumn < spring, "the paused campaign comes first");
+    assert!(
+        index.contains("106\u{2009}/\u{2009}200") || index.contains("106 / 200 settled"),
+        "{index}"
+    );
+
+    let (code, _, page) = get(&format!("{base}/campaigns/spring")).await;
+    assert_eq!(code, 200);
+    for figure in [
+        "100",
+        "unconfirmed",
+        "resolve --campaign spring",
+        "complaint",
+        "400 bad request",
+        "<svg",
+    ] {
+        assert!(
+            page.contains(figure),
+            "{figure} missing from the campaign page"
+        );
+    }
+    let (_, _, paused) = get(&format!("{base}/campaigns/autumn")).await;
+    assert!(paused.contains("Paused</strong> by ops-lead"), "{paused}");
+    assert!(paused.contains("resume --campaign autumn"));
+
+    let (code, _, missing) = get(&format!("{base}/campaigns/%3Cscript%3Ex")).await;
+    assert_eq!(code, 404);
+    assert!(
+        missing.contains("No such campaign") && !missing.contains("<script>"),
+        "{missing}"
+    );
+
+    let mut answers = vec![index, page, paused, missing];
+    for path in [
+        "/",
+        "/campaigns/spring",
+        "/campaigns/nope",
+        "/api/campaigns/spring",
+        "/healthz",
+        "/static/web.css",
+        "/static/live.js",
+        "/nowhere",
+    ] {
+        let (_, headers, body) = get(&format!("{base}{path}")).await;
+        for (name, value) in campaign_sender::web::SECURITY_HEADERS {
+            assert_eq!(
+                headers.get(name).map(|v| v.to_str().unwrap()),
+                Some(value),
+                "{name} on {path}"
+            );
+        }
+        answers.push(body);
+    }
+    for body in &answers[..4] {
+        assert!(!body.contains('@'), "an address on a page: {body}");
+    }
+    stop.cancel();
+}
+
+/// `/api/campaigns/{id}` is `status --json` of the same moment: the same fields and counts.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn the_api_answers_what_status_json_prints(pool: PgPool) {
+    two_campaigns(&pool).await;
+    let (base, _board, stop) = serve(
+        &role_url(&pool, WEB_ROLE).await,
+        vec![],
+        Duration::from_secs(5),
+    )
+    .await;
+    let (code, _, body) = get(&format!("{base}/api/campaigns/spring")).await;
+    assert_eq!(code, 200);
+    let api: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let status = campaign_sender::status::gather(&pool, "spring", 0.01)
+        .await
+        .unwrap();
+    let cli = serde_json::to_value(&status).unwrap();
+    let keys = |v: &serde_json::Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    assert_eq!(keys(&api), keys(&cli));
+    assert_eq!((api["sent"].as_i64(), api["unconfirmed"].as_i64()), (Some(100), Some(2)));
+    for field in [
+        "total",
+        "sent",
+        "failed",
+        "pending",
+        "unconfirmed",
+        "suppressed",
+        "failures",
+        "suppressed",
+        "paused",
+    ] {
+        assert_eq!(api[field], cli[field], "{field}");
+    }
+    assert_eq!(get(&format!("{base}/api/campaigns/nope")).await.0, 404);
+    stop.cancel();
+}
+
+/// With `WEB_BASIC_AUTH_FILE` every path needs one of its logins — but `/healthz`, which the
+/// kubelet probes without one.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_login_file_closes_every_page_but_the_health_check(pool: PgPool) {
+    two_campaigns(&pool).await;
+    let logins = vec!["ops:s3cret".to_string(), "lead:other".to_string()];
+    let (base, _board, stop) = serve(
+        &role_url(&pool, WEB_ROLE).await,
+        logins,
+        Duration::from_secs(5),
+    )
+    .await;
+    let client = reqwest::Client::new();
+    for path in [
+        "/",
+        "/campaigns/spring",
+        "/api/campaigns/spring",
+        "/static/web.css",
+        "/nowhere",
+    ] {
+        let url = format!("{base}{path}");
+        let none = client.get(&url).send().await.unwrap();
+        assert_eq!(none.status(), 401, "{path}");
+        assert!(none.headers()["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .starts_with("Basic "));
+        let wrong = client
+            .get(&url)
+            .basic_auth("ops", Some("s3cre"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(wrong.status(), 401, "{path}");
+        let right = client
+            .get(&url)
+            .basic_auth("lead", Some("other"))
+            .send()
+            .await
+            .unwrap();
+        assert_ne!(right.status(), 401, "{path}");
+    }
+    assert_eq!(
+        client
+            .get(format!("{base}/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    stop.cancel();
+}
+
+/// A database that stops answering mid-read turns every page into a 503 that says so within
+/// the read timeout (never stale figures shown as current, never a hang), and the pages come
+/// back by themselves when it answers again.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_database_that_stops_answering_turns_the_pages_to_503_and_back(pool: PgPool) {
+    two_campaigns(&pool).await;
+    let url = role_url(&pool, WEB_ROLE).await;
+    let upstream = reqwest::Url::parse(&url).unwrap();
+    let frozen = FrozenDb::start(
+        format!(
+            "{}:{}",
+            upstream.host_str().unwrap(),
+            upstream.port().unwrap()
+        )
+        .parse()
+        .unwrap(),
+    )
+    .await;
+    let (base, _board, stop) = serve(&frozen.url(&url), vec![], Duration::from_secs(1)).await;
+    assert_eq!(get(&format!("{base}/campaigns/spring")).await.0, 200);
+
+    frozen.freeze();
+    let page = until_some(Duration::from_secs(15), "a 503 page", || async {
+        let (code, headers, body) = get(&format!("{base}/campaigns/spring")).await;
+        (code == 503).then_some((headers, body))
+    })
+    .await;
+    assert!(
+        page.1.contains("The database is not answering"),
+        "{}",
+        page.1
+    );
+    assert_eq!(page.0["retry-after"], "2");
+    assert_eq!(get(&format!("{base}/")).await.0, 503);
+    assert_eq!(get(&format!("{base}/api/campaigns/spring")).await.0, 503);
+    assert_eq!(get(&format!("{base}/healthz")).await.0, 503);
+
+    frozen.thaw();
+    until_some(Duration::from_secs(20), "the pages back", || async {
+        (get(&format!("{base}/campaigns/spring")).await.0 == 200).then_some(())
+    })
+    .await;
+    stop.cancel();
+}

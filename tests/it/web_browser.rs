@@ -1,0 +1,107 @@
+//! The status page in a real browser: `campaign-sender web` as a process, logged in as its own
+//! role, over real PostgreSQL while two worker processes send a campaign and another waits
+//! paused; tests/browser/web.test.mjs drives headless Chromium through it (see that file for
+//! what it holds).
+
+use std::time::Duration;
+
+use fake_provider::FakeConfig;
+use sqlx::PgPool;
+
+use crate::helpers::*;
+
+/// The browser tests' directory (`BROWSER_TESTS`, set by scripts/test.sh from
+/// scripts/browser.sh), with its npm packages installed.
+fn browser_tests() -> std::path::PathBuf {
+    let dir: std::path::PathBuf = std::env::var("BROWSER_TESTS")
+        .map(Into::into)
+        .unwrap_or_else(|_| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser"));
+    assert!(
+        dir.join("node_modules/playwright-core").exists(),
+        "the browser tests' packages are not installed: run scripts/browser.sh (scripts/test.sh does)"
+    );
+    dir
+}
+
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn the_page_in_chromium_moves_while_a_campaign_sends_and_shows_a_pause(pool: PgPool) {
+    let dir = browser_tests();
+    seed(&pool, "spring", 6000).await;
+    seed(&pool, "autumn", 40).await;
+    campaign_sender::store::campaigns::pause(
+        &pool,
+        "autumn",
+        "ops-lead",
+        Some("waiting for legal"),
+    )
+    .await
+    .unwrap();
+    let p = provider(FakeConfig::default()).await;
+    let workers_db = worker_url(&pool).await;
+    let mut workers = Vec::new();
+    for id in ["spring-0", "spring-1"] {
+        workers.push(spawn_sender(
+            &["run"],
+            &workers_db,
+            &[
+                ("CAMPAIGN_ID", "spring"),
+                ("MAIL_URL", &p.url),
+                ("MAIL_RATE_PER_S", "60"),
+                ("WORKER_ID", id),
+                ("DEADLINE_S", "150"),
+            ],
+        ));
+    }
+    let addr = refused_addr().to_string();
+    let _web = spawn_sender(
+        &["web"],
+        &role_url(&pool, "campaign_sender_web").await,
+        &[("WEB_ADDR", &addr), ("WEB_REFRESH_S", "1")],
+    );
+    let base = format!("http://{addr}");
+    until_some(
+        Duration::from_secs(30),
+        "web to read the campaigns",
+        || async {
+            let h = reqwest::get(format!("{base}/healthz")).await.ok()?;
+            h.status().is_success().then_some(())
+        },
+    )
+    .await;
+    until_stats(&p, Duration::from_secs(30), "the first deliveries", |s| {
+        s.delivered >= 60
+    })
+    .await;
+
+    let mut node = tokio::process::Command::new("node");
+    node.arg(dir.join("web.test.mjs"))
+        .current_dir(&dir)
+        .env("BASE_URL", &base)
+        .env("SENDING", "spring")
+        .env("PAUSED", "autumn")
+        .kill_on_drop(true);
+    if let Ok(c) = std::env::var("CHROMIUM") {
+        node.env("CHROMIUM", c);
+    }
+    if let Ok(d) = std::env::var("SCREENSHOTS") {
+        node.env("SCREENSHOTS", d);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(120), node.output())
+        .await
+        .expect("the browser test ended within 2 minutes")
+        .expect("node runs (Node.js is needed: scripts/browser.sh)");
+    let said = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{said}");
+    assert!(out.status.success(), "the browser test failed:\n{said}");
+    assert!(
+        said.contains("ok: axe-core finds no WCAG 2 A/AA violation"),
+        "{said}"
+    );
+    for w in &mut workers {
+        let _ = w.start_kill();
+    }
+}
