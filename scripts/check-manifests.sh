@@ -3,8 +3,9 @@
 #  1. every overlay and monitoring/ renders with `kubectl kustomize`;
 #  2. the built-in kinds validate strictly against Kubernetes 1.30 and 1.33 (`kubernetes-validate --strict`
 #     rejects misspelt fields; the example Secret is validated too);
-#     Each mode is also rendered with every component of manifests/components (the database
-#     CA, GKE DNS, the metadata server, the Cloud SQL Auth Proxy, the nightly priority),
+#     Each mode is also rendered with every component of manifests/components (the status
+#     page, the database CA, GKE DNS, the metadata server, the Cloud SQL Auth Proxy, the nightly
+#     priority),
 #     validated, and checked to mount the CA in every pod, to open the egress each component is
 #     for, and to give the sending Job a never-preempting priority class;
 #  3. KEDA and Prometheus Operator objects validate against their upstream CRDs
@@ -58,7 +59,7 @@ for mode in indexed-job cronjob cadence-nightly-window cadence-every-6h deployme
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources: [$rel/overlays/$mode]
-components: [$rel/components/db-ca, $rel/components/gke-dns, $rel/components/gke-metadata, $rel/components/cloudsql-proxy, $rel/components/nightly-priority]
+components: [$rel/components/web, $rel/components/db-ca, $rel/components/gke-dns, $rel/components/gke-metadata, $rel/components/cloudsql-proxy, $rel/components/nightly-priority]
 YAML
   out="$tmp/components-$mode.yaml"
   kubectl kustomize "$tmp/with-components" >"$out"
@@ -109,7 +110,7 @@ if bad:
 PY
 done
 echo "== every workload runs the release's image (components/release: a tag or a digest)"
-python3 - "$tmp"/overlays-*.yaml <<'PY' || status=1
+python3 - "$tmp"/overlays-*.yaml "$tmp"/components-*.yaml <<'PY' || status=1
 import sys, yaml
 bad = []
 for path in sys.argv[1:]:
@@ -152,7 +153,7 @@ PY
 for v in "${k8s_versions[@]}"; do
   kubernetes-validate -k "$v" --strict --quiet "$tmp/operator-pod.json" || status=1
 done
-for example in base/secret.yaml.example overlays/events/secret.yaml.example; do
+for example in base/secret.yaml.example overlays/events/secret.yaml.example components/web/secret.yaml.example; do
   echo "== $example"
   for v in "${k8s_versions[@]}"; do
     kubernetes-validate -k "$v" --strict --quiet "manifests/$example" || status=1

@@ -623,3 +623,65 @@ fn the_events_deployment_serves_where_the_app_listens_and_reads_only_its_variabl
         1
     );
 }
+
+/// The status page's component: a real subcommand listening where the Service, the probes and
+/// the NetworkPolicy point, a login file from its Secret at the path `WEB_BASIC_AUTH_FILE`
+/// names, and only variables `web` reads, the database URL by reference.
+#[test]
+fn the_web_component_serves_where_the_app_listens_behind_a_login() {
+    use clap::Parser;
+    let d = load("manifests/components/web/deployment.yaml");
+    let c = at(&d, "spec.template.spec.containers.0");
+    assert_eq!(args_of(c), ["web"]);
+    campaign_sender::cli::Cli::try_parse_from(["campaign-sender", "web"]).unwrap();
+    let known = known_variables();
+    let mut env = std::collections::BTreeMap::new();
+    for e in c["env"].as_sequence().unwrap() {
+        let name = e["name"].as_str().unwrap();
+        assert!(
+            known.iter().any(|k| k == name),
+            "{name} is not read by the binary"
+        );
+        env.insert(name.to_string(), e.clone());
+    }
+    assert!(env["DATABASE_URL"]["value"].is_null());
+    assert_eq!(
+        env["DATABASE_URL"]["valueFrom"]["secretKeyRef"]["name"],
+        "campaign-sender-web"
+    );
+    let port = env["WEB_ADDR"]["value"]
+        .as_str()
+        .unwrap()
+        .parse::<std::net::SocketAddr>()
+        .unwrap()
+        .port() as i64;
+    assert_eq!(int(c, "ports.0.containerPort"), port);
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/healthz");
+    let np = load("manifests/components/web/networkpolicy.yaml");
+    assert_eq!(int(&np, "spec.ingress.0.ports.0.port"), port);
+    let svc = load("manifests/components/web/service.yaml");
+    assert_eq!(at(&svc, "spec.ports.0.targetPort"), "http");
+    let pod_labels = at(&d, "spec.template.metadata.labels");
+    for selector in [
+        at(&svc, "spec.selector"),
+        at(&np, "spec.podSelector.matchLabels"),
+    ] {
+        for (k, v) in selector.as_mapping().unwrap() {
+            assert_eq!(&pod_labels[k], v, "{k:?}");
+        }
+    }
+    // The login file is mounted where WEB_BASIC_AUTH_FILE points.
+    let file = std::path::Path::new(env["WEB_BASIC_AUTH_FILE"]["value"].as_str().unwrap());
+    let mount = &c["volumeMounts"].as_sequence().unwrap()[0];
+    assert_eq!(
+        mount["mountPath"].as_str(),
+        file.parent().and_then(|p| p.to_str())
+    );
+    let volume = at(&d, "spec.template.spec.volumes.0");
+    assert_eq!(volume["name"], mount["name"]);
+    assert_eq!(volume["secret"]["secretName"], "campaign-sender-web");
+    assert_eq!(
+        volume["secret"]["items"][0]["path"].as_str(),
+        file.file_name().and_then(|f| f.to_str())
+    );
+}

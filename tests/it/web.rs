@@ -178,7 +178,10 @@ async fn the_api_answers_what_status_json_prints(pool: PgPool) {
     let cli = serde_json::to_value(&status).unwrap();
     let keys = |v: &serde_json::Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
     assert_eq!(keys(&api), keys(&cli));
-    assert_eq!((api["sent"].as_i64(), api["unconfirmed"].as_i64()), (Some(100), Some(2)));
+    assert_eq!(
+        (api["sent"].as_i64(), api["unconfirmed"].as_i64()),
+        (Some(100), Some(2))
+    );
     for field in [
         "total",
         "sent",
