@@ -5,8 +5,8 @@
 //! - a page is drawn from the last read, never by a read of its own: any number of viewers
 //!   (and their pages' self-refresh) cost the database what one reader does — one
 //!   [`crate::status::gather`] per campaign still moving every `WEB_REFRESH_S`, per settled
-//!   or archived one every [`SETTLED_EVERY`] × that, and its per-minute deliveries at most once
-//!   a minute;
+//!   or archived one every [`SETTLED_EVERY`] × that, and its per-minute deliveries at most every
+//!   [`HISTORY_EVERY`];
 //! - every figure is `status`'s own ([`crate::status::gather`]): the page and the terminal
 //!   cannot disagree;
 //! - a read that fails or does not answer within [`Board::read_timeout`] marks the board
@@ -28,8 +28,9 @@ use crate::store::{campaigns, connect, Store};
 
 /// A settled or archived campaign is read this many times less often than a moving one.
 pub const SETTLED_EVERY: u32 = 12;
-/// The per-minute deliveries are read at most this often (the chart's unit is a minute).
-pub const HISTORY_EVERY: Duration = Duration::from_secs(60);
+/// The per-minute deliveries are read at most this often (the chart's unit is a minute; the
+/// chart says when they were read).
+pub const HISTORY_EVERY: Duration = Duration::from_secs(30);
 
 /// One campaign as last read.
 #[derive(Debug, Clone)]

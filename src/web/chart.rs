@@ -87,8 +87,8 @@ fn label_time(t: DateTime<Utc>, span_days: bool) -> String {
     }
 }
 
-/// Deliveries per minute over the campaign's life.
-pub fn sent(minutes: &[Minute]) -> Markup {
+/// Deliveries per minute over the campaign's life, as read at `read_at`.
+pub fn sent(minutes: &[Minute], read_at: DateTime<Utc>) -> Markup {
     let Some(b) = buckets(minutes) else {
         return html! { p.empty { "Nothing delivered yet." } };
     };
@@ -106,11 +106,12 @@ pub fn sent(minutes: &[Minute]) -> Markup {
     };
     let total: i64 = minutes.iter().map(|m| m.sent).sum();
     let caption = format!(
-        "Mails delivered {unit}, {} to {} UTC: {} in all, at most {:.0} a minute.",
+        "Mails delivered {unit}, {} to {} UTC: {} in all, at most {:.0} a minute (read at {} UTC).",
         label_time(first, true),
         label_time(end, true),
         super::page::grouped(total),
-        peak
+        peak,
+        read_at.format("%H:%M:%S")
     );
     html! {
         figure {

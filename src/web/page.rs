@@ -277,7 +277,7 @@ pub fn campaign(board: &Board, v: &View, now: DateTime<Utc>) -> Markup {
                 div.pair {
                     section {
                         h2 { "Delivered over time" }
-                        (chart::sent(&v.history))
+                        (chart::sent(&v.history, v.history_at))
                     }
                     section {
                         h2 { "The rate limit's shares" }

@@ -26,8 +26,25 @@ fn browser_tests() -> std::path::PathBuf {
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn the_page_in_chromium_moves_while_a_campaign_sends_and_shows_a_pause(pool: PgPool) {
     let dir = browser_tests();
-    seed(&pool, "spring", 6000).await;
+    seed(&pool, "spring", 9000).await;
     seed(&pool, "autumn", 40).await;
+    seed(&pool, "summer", 1500).await;
+    // What an on-call meets: spring sent a first part earlier (a gap since), a few rows failed;
+    // summer is done.
+    sqlx::raw_sql(
+        "UPDATE campaign_targets SET state = 'sent', attempts = 1,
+                sent_at = now() - interval '40 minutes' + member_id * interval '400 milliseconds'
+          WHERE campaign_id = 'spring' AND member_id <= 3000;
+         UPDATE campaign_targets SET state = 'failed', attempts = 1, last_status = 422,
+                last_error = 'invalid_recipient'
+          WHERE campaign_id = 'spring' AND member_id BETWEEN 3001 AND 3012;
+         UPDATE campaign_targets SET state = 'sent', attempts = 1,
+                sent_at = now() - interval '3 hours' + member_id * interval '1 second'
+          WHERE campaign_id = 'summer';",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
     campaign_sender::store::campaigns::pause(
         &pool,
         "autumn",
