@@ -50,9 +50,7 @@ pub(super) async fn status_cmd(
         match &bar {
             Some(bar) => {
                 bar.set_length(c.total as u64);
-                bar.set_position(
-                    (c.sent + c.failed + c.opted_out + c.unconfirmed + c.suppressed) as u64,
-                );
+                bar.set_position(c.settled() as u64);
                 bar.set_message(status::render(&s).trim_end().to_string());
             }
             None if json => println!("{}", serde_json::to_string(&s).expect("status serialises")),

@@ -92,6 +92,15 @@ pub struct Finish {
     pub at: DateTime<Utc>,
 }
 
+impl CampaignCounts {
+    /// Rows nothing more will be done for by a worker: sent, failed, opted out, unconfirmed
+    /// (waiting for `resolve`) or suppressed. The progress `status`, its bar and the status
+    /// page show.
+    pub fn settled(&self) -> i64 {
+        self.sent + self.failed + self.opted_out + self.unconfirmed + self.suppressed
+    }
+}
+
 /// The delivery rate a status shows: recent deliveries over the window they span, at least one
 /// second and at most the minute they were counted in.
 pub fn rate_per_s(p: &Progress) -> f64 {

@@ -24,7 +24,7 @@ fn reason(r: &Reason) -> String {
 /// The short form: `spring-sale: 812034/1200000 settled, 498.2/s, ETA 12m59s`.
 pub fn one_line(s: &Status) -> String {
     let c = &s.progress.counts;
-    let settled = c.sent + c.failed + c.opted_out + c.unconfirmed + c.suppressed;
+    let settled = c.settled();
     let eta = match (s.done, s.eta_s) {
         (true, _) => "done".to_string(),
         (_, Some(e)) => format!("ETA {}", duration(e)),

@@ -6,7 +6,7 @@
 //!   (and their pages' self-refresh) cost the database what one reader does — one
 //!   [`crate::status::gather`] per campaign still moving every `WEB_REFRESH_S`, per settled
 //!   or archived one every [`SETTLED_EVERY`] × that, and its per-minute deliveries at most every
-//!   [`HISTORY_EVERY`];
+//!   [`HISTORY_EVERY`] and only when its `sent` count moved;
 //! - every figure is `status`'s own ([`crate::status::gather`]): the page and the terminal
 //!   cannot disagree;
 //! - a read that fails or does not answer within [`Board::read_timeout`] marks the board
@@ -28,8 +28,8 @@ use crate::store::{campaigns, connect, Store};
 
 /// A settled or archived campaign is read this many times less often than a moving one.
 pub const SETTLED_EVERY: u32 = 12;
-/// The per-minute deliveries are read at most this often (the chart's unit is a minute; the
-/// chart says when they were read).
+/// The per-minute deliveries are read at most this often, and only when the campaign's `sent`
+/// count moved since (the chart's unit is a minute; the chart says when they were read).
 pub const HISTORY_EVERY: Duration = Duration::from_secs(30);
 
 /// One campaign as last read.
@@ -38,8 +38,9 @@ pub struct View {
     pub status: Status,
     /// Deliveries per minute over the campaign's life.
     pub history: Vec<Minute>,
-    /// When `history` was read.
+    /// When `history` was read, and the campaign's `sent` count then.
     pub history_at: DateTime<Utc>,
+    pub history_sent: i64,
     /// How long the last read took.
     pub read_ms: u64,
 }
@@ -214,7 +215,8 @@ async fn round(pool: &PgPool, board: &Board, default_ratio: f64) -> Result<(), s
     Ok(())
 }
 
-/// Reads one campaign: its status, and its history when that is a minute old.
+/// Reads one campaign: its status, and its deliveries per minute when [`HISTORY_EVERY`] old
+/// and its `sent` count moved.
 async fn read(
     pool: &PgPool,
     id: &str,
@@ -223,19 +225,25 @@ async fn read(
 ) -> Result<View, sqlx::Error> {
     let started = std::time::Instant::now();
     let status = status::gather(pool, id, default_ratio).await?;
-    let (history, history_at) = match old {
-        Some(o) if (status.at - o.history_at).to_std().unwrap_or_default() < HISTORY_EVERY => {
-            (o.history, o.history_at)
+    let sent = status.progress.counts.sent;
+    let (history, history_at, history_sent) = match old {
+        Some(o)
+            if o.history_sent == sent
+                || (status.at - o.history_at).to_std().unwrap_or_default() < HISTORY_EVERY =>
+        {
+            (o.history, o.history_at, o.history_sent)
         }
         _ => (
             Store::new(pool.clone(), id).sent_per_minute().await?,
             status.at,
+            sent,
         ),
     };
     Ok(View {
         status,
         history,
         history_at,
+        history_sent,
         read_ms: started.elapsed().as_millis() as u64,
     })
 }

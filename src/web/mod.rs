@@ -185,7 +185,7 @@ async fn campaign(AxumState(app): AxumState<Arc<App>>, Path(id): Path<String>) -
 }
 
 fn unknown(board: &Board, id: &str) -> Response {
-    let shown = crate::import::csv::escaped_cut(id, 64);
+    let shown = page::typed(id, 64);
     html_page(
         StatusCode::NOT_FOUND,
         page::error(

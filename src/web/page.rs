@@ -52,10 +52,13 @@ fn ago(t: DateTime<Utc>, now: DateTime<Utc>) -> String {
     }
 }
 
-/// Rows settled (nothing more to do for them) out of all.
-fn settled(s: &Status) -> i64 {
-    let c = &s.progress.counts;
-    c.sent + c.failed + c.opted_out + c.unconfirmed + c.suppressed
+/// Free text someone typed (who paused, a name asked for), as a page may show it: control
+/// characters escaped, cut at `max`, and never a text that may be an address.
+pub fn typed(text: &str, max: usize) -> String {
+    if text.contains('@') {
+        return "(not shown: it may be an address)".into();
+    }
+    crate::import::csv::escaped_cut(text, max)
 }
 
 fn percent(part: i64, whole: i64) -> f64 {
@@ -100,7 +103,7 @@ fn badge(st: &State) -> Markup {
 /// `812 034 / 1 200 000 settled (67.7 %)` with a bar.
 fn progress(s: &Status) -> Markup {
     let total = s.progress.counts.total;
-    let done = settled(s);
+    let done = s.progress.counts.settled();
     let label = format!(
         "{} / {} settled ({:.1} %)",
         grouped(done),
@@ -194,7 +197,7 @@ fn read_at(at: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Markup {
 /// The state's detail in a few words, for the index.
 fn state_detail(st: &State, now: DateTime<Utc>) -> Markup {
     let text = match st {
-        State::Paused { by, .. } => format!(" by {}", crate::import::csv::escaped_cut(by, 40)),
+        State::Paused { by, .. } => format!(" by {}", typed(by, 40)),
         State::OutsideWindow { opens_at } => format!(" until {}", relative(*opens_at, now)),
         State::AtQuota { until: Some(u) } => format!(" until {}", relative(*u, now)),
         State::Archived { at: Some(a) } => format!(" {}", a.format("%Y-%m-%d")),
@@ -209,7 +212,7 @@ fn banner(s: &Status, st: &State, now: DateTime<Utc>) -> Markup {
     match st {
         State::Paused { by, at, reason } => html! {
             div.banner.paused #banner {
-                strong { "Paused" } " by " (crate::import::csv::escaped_cut(by, 40)) " since " (utc(*at))
+                strong { "Paused" } " by " (typed(by, 40)) " since " (utc(*at))
                 @if let Some(r) = reason { ": " (crate::import::csv::quoted(r)) }
                 ". " code { "campaign-sender resume --campaign " (id) } " lifts it."
             }
@@ -388,6 +391,16 @@ pub fn error(board: &Board, title: &str, what: Markup) -> Markup {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn typed_text_that_may_be_an_address_is_never_shown() {
+        assert_eq!(typed("ops-lead", 40), "ops-lead");
+        assert_eq!(
+            typed("ann@example.com", 40),
+            "(not shown: it may be an address)"
+        );
+        assert_eq!(typed("a\nb", 40), "a\\nb");
+    }
 
     #[test]
     fn big_numbers_are_grouped_by_thousands() {
