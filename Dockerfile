@@ -30,6 +30,7 @@ RUN mkdir -p src benches tests/it fake-provider/src loadtest/src/bin/drain loadt
  && echo 'fn main() {}' > loadtest/src/bin/forget/main.rs \
  && echo 'fn main() {}' > loadtest/src/bin/bloat/main.rs \
  && echo 'fn main() {}' > loadtest/src/bin/events.rs \
+ && echo 'fn main() {}' > loadtest/src/bin/web.rs \
  && cargo build --locked --release -p campaign-sender --bin campaign-sender \
  && rm -rf src
 

@@ -153,7 +153,7 @@ fn unavailable(board: &Board) -> Option<Response> {
                 p { "campaign-sender web cannot read the database since " (since.format("%Y-%m-%d %H:%M:%S UTC"))
                     ", so no figure here would be current. It keeps trying every second; this page recovers by itself." }
                 p { "What the database said: " code { (problem) } }
-                p { "The workers ride out an outage on their own (docs/OPERATIONS.md, \"The database\")." }
+                p { "The workers ride out a database outage of up to DB_CONNECT_RETRY_S on their own (README \"Running it\")." }
             },
         ),
     };

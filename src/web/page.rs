@@ -335,12 +335,12 @@ fn suppressed(s: &Status) -> Markup {
     }
 }
 
-/// The vendor's events, once any came: each column with its share of those accepted.
+/// The vendor's events, once any came: each column with its share of the rows sent.
 fn funnel(s: &Status) -> Markup {
     if s.funnel.iter().all(|(_, n)| *n == 0) {
         return html! {};
     }
-    let accepted = s.funnel.first().map(|(_, n)| *n).unwrap_or(0);
+    let sent = s.progress.counts.sent;
     html! { section {
         h2 { "What the provider reported" }
         table.counts.funnel {
@@ -350,7 +350,7 @@ fn funnel(s: &Status) -> Markup {
                     tr {
                         th scope="row" { (col.replace('_', " ")) }
                         td.num { (grouped(*n)) }
-                        td.num.muted { (format!("{:.1} %", percent(*n, accepted))) }
+                        td.num.muted { (format!("{:.1} % of sent", percent(*n, sent))) }
                     }
                 }
             }

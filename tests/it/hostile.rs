@@ -1,6 +1,6 @@
 //! Hostile input: a provider that answers garbage, and rows that are not deliverable. Each case
-//! is classified as documented (docs/RELIABILITY.md "Hostile provider answers"), bounded in
-//! time, and the run goes on.
+//! is classified as documented (docs/RELIABILITY.md "A hostile or unreachable provider"),
+//! bounded in time, and the run goes on.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -7,6 +7,7 @@ mod helpers;
 mod account;
 mod archive;
 mod claim;
+mod docs;
 mod e2e;
 mod events;
 mod events_e2e;

@@ -685,3 +685,53 @@ fn the_web_component_serves_where_the_app_listens_behind_a_login() {
         file.file_name().and_then(|f| f.to_str())
     );
 }
+
+/// The anchor GitHub gives a heading: lower-cased, punctuation dropped (letters, digits, `-`
+/// and `_` kept), spaces as `-`.
+fn github_anchor(heading: &str) -> String {
+    heading
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// Every alert says where its runbook is (`runbook: docs/OPERATIONS.md#anchor`), and the
+/// anchor is a section of docs/OPERATIONS.md as GitHub renders it: an on-call at 02:00 follows
+/// a link that lands.
+#[test]
+fn every_alert_links_a_runbook_section_that_exists() {
+    assert_eq!(
+        github_anchor("The vendor's events (`campaign-sender events`)"),
+        "the-vendors-events-campaign-sender-events"
+    );
+    let ops = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/OPERATIONS.md"))
+        .unwrap();
+    let anchors: Vec<String> = ops
+        .lines()
+        .filter(|l| l.starts_with('#'))
+        .map(|l| github_anchor(l.trim_start_matches('#').trim()))
+        .collect();
+    let rules = load("manifests/monitoring/prometheusrule.yaml");
+    let mut alerts = 0;
+    for group in at(&rules, "spec.groups").as_sequence().unwrap() {
+        for rule in group["rules"].as_sequence().unwrap() {
+            let Some(alert) = rule["alert"].as_str() else {
+                continue;
+            };
+            alerts += 1;
+            let runbook = rule["annotations"]["runbook"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{alert} has no runbook annotation"));
+            let anchor = runbook
+                .strip_prefix("docs/OPERATIONS.md#")
+                .unwrap_or_else(|| panic!("{alert}: {runbook} is not docs/OPERATIONS.md#…"));
+            assert!(
+                anchors.iter().any(|a| a == anchor),
+                "{alert}: no section #{anchor} in docs/OPERATIONS.md"
+            );
+        }
+    }
+    assert!(alerts >= 15, "{alerts} alerts");
+}

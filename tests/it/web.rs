@@ -68,7 +68,11 @@ async fn two_campaigns(pool: &PgPool) {
          UPDATE campaign_targets SET state = 'unconfirmed', unknown_since = now() - interval '1 hour'
           WHERE campaign_id = 'spring' AND member_id BETWEEN 104 AND 105;
          INSERT INTO suppressions (email, reason) VALUES ('member106@example.com', 'complaint');
-         UPDATE campaign_targets SET state = 'suppressed' WHERE campaign_id = 'spring' AND member_id = 106;",
+         UPDATE campaign_targets SET state = 'suppressed' WHERE campaign_id = 'spring' AND member_id = 106;
+         INSERT INTO provider_events (vendor, event_id, what, campaign_id, member_id)
+         SELECT 'sendgrid', 'e' || g, CASE WHEN g <= 90 THEN 'delivered' ELSE 'hard_bounce' END,
+                'spring', g
+           FROM generate_series(1, 100) g;",
     )
     .execute(pool)
     .await
@@ -110,6 +114,7 @@ async fn every_page_shows_the_status_figures_and_never_an_address(pool: PgPool) 
 
     let (code, _, page) = get(&format!("{base}/campaigns/spring")).await;
     assert_eq!(code, 200);
+    assert!(page.contains("What the provider reported"), "the funnel");
     for figure in [
         "100",
         "unconfirmed",
@@ -117,6 +122,8 @@ async fn every_page_shows_the_status_figures_and_never_an_address(pool: PgPool) 
         "complaint",
         "400 bad request",
         "<svg",
+        "bounced hard",
+        "90.0 % of sent",
     ] {
         assert!(
             page.contains(figure),
