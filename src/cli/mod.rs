@@ -1,15 +1,19 @@
-//! The `campaign-sender` command line. Workers: `migrate`, `run`, `serve`. Operators: `import`,
-//! `status`, `pause`, `resume`, `retry-failed`, `configure`. Each subcommand reads its typed
-//! config, does its work through the library, and maps the outcome to an exit code
-//! ([`crate::exit`]). The operator commands need only `DATABASE_URL`.
+//! The `campaign-sender` command line. Long-running: `run`, `serve` (the workers), `events` (the
+//! vendors' webhooks), `web` (the status page); `migrate`. Operators, with only `DATABASE_URL`:
+//! `import`, `status`, `pause`, `resume`, `limit`, `retry-failed`, `resolve`, `suppress`,
+//! `archive`, `configure`. Each subcommand reads its typed config, does its work through the
+//! library, and maps the outcome to an exit code ([`crate::exit`]).
 //!
 //! The binary (`src/main.rs`) parses the [`Cli`], sets up logging and the runtime, turns
 //! SIGTERM/SIGINT into the shutdown token, and calls [`run`]; nothing here exits the process.
 //!
 //! - [`args`]: every subcommand and option;
 //! - `mod.rs`: `migrate`, `run`, `serve`, and connecting for every command;
-//! - [`operator`]: `pause`, `resume`, `retry-failed`, `configure`, and the check that a named
-//!   campaign exists;
+//! - `servers.rs`: `events` and `web`, the two HTTP servers;
+//! - [`operator`]: dispatching the operator commands, `pause`, `retry-failed`, `configure`,
+//!   and the check that a named campaign exists;
+//! - `account.rs`: `resume` and `limit`; `suppress.rs`: `suppress` and `resolve`;
+//!   `archive.rs`: `archive`;
 //! - `import.rs`, `status.rs`: the terminal side of `import` and `status` (progress bars,
 //!   periodic lines, output).
 
@@ -18,6 +22,7 @@ mod archive;
 pub mod args;
 mod import;
 pub mod operator;
+mod servers;
 mod status;
 mod suppress;
 
@@ -54,10 +59,10 @@ pub async fn run(cli: Cli, shutdown: CancellationToken) -> u8 {
         Command::Migrate => migrate(&db).await,
         Command::Run => work(&db, None, shutdown).await,
         Command::Serve { wait_for_campaign } => work(&db, Some(wait_for_campaign), shutdown).await,
-        Command::Events => events(&db, shutdown).await,
+        Command::Events => servers::events(&db, shutdown).await,
         Command::Web {
             max_permanent_failure_ratio,
-        } => web(&db, max_permanent_failure_ratio, shutdown).await,
+        } => servers::web(&db, max_permanent_failure_ratio, shutdown).await,
         operator => {
             let db = Db::new(&db, Who::Operator);
             let pool = match db.ready_pool(Patience::Interactive, Duration::ZERO).await {
@@ -131,115 +136,6 @@ async fn migrate(cfg: &DbConfig) -> u8 {
             } else {
                 1
             }
-        }
-    }
-}
-
-/// `events`: the webhook server, until `shutdown` (the requests in flight finish first).
-async fn events(db: &DbConfig, shutdown: CancellationToken) -> u8 {
-    let cfg = match crate::config::EventsConfig::from_env() {
-        Ok(c) => c,
-        Err(e) => return config_failure(e),
-    };
-    let (addr, listeners) = match cfg.socket().and_then(|a| Ok((a, cfg.listeners()?))) {
-        Ok(x) => x,
-        Err(e) => return config_failure(e),
-    };
-    if let Some(m) = cfg.metrics_addr.as_ref().and_then(|a| a.parse().ok()) {
-        let name = std::env::var("HOSTNAME").unwrap_or_else(|_| "events".into());
-        if let Err(e) = crate::metrics::install(m, &name) {
-            eprintln!("configuration error: METRICS_ADDR: cannot serve metrics on {m} ({e})");
-            return exit::CONFIG;
-        }
-    }
-    let db = Db::new(db, Who::Events);
-    let pool = match db
-        .ready_pool(
-            Patience::Worker,
-            Duration::from_secs(db.cfg.db_connect_retry_s),
-        )
-        .await
-    {
-        Ok(p) => p,
-        Err(code) => return code,
-    };
-    let listener = match tokio::net::TcpListener::bind(addr).await {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("configuration error: EVENTS_ADDR: cannot listen on {addr} ({e})");
-            return exit::CONFIG;
-        }
-    };
-    crate::events::server::start_counters_at_zero(&listeners);
-    info!(%addr, vendors = ?listeners.vendors(), "listening for the vendors' events");
-    tokio::spawn(crate::events::server::prune_tokens(
-        pool.clone(),
-        shutdown.clone(),
-    ));
-    let app = crate::events::server::router(pool, listeners);
-    let stop = shutdown.clone();
-    match axum::serve(listener, app)
-        .with_graceful_shutdown(async move { stop.cancelled().await })
-        .await
-    {
-        Ok(()) => exit::DONE,
-        Err(e) => {
-            error!(error = %e, "the events server failed");
-            1
-        }
-    }
-}
-
-/// `web`: the status page, until `shutdown`. It listens at once (`/healthz` answers 503 until
-/// the first round of reads is done) and reads the database in the background.
-async fn web(db: &DbConfig, ratio: f64, shutdown: CancellationToken) -> u8 {
-    let cfg = match crate::config::WebConfig::from_env() {
-        Ok(c) => c,
-        Err(e) => return config_failure(e),
-    };
-    let (addr, logins) = match cfg.socket().and_then(|a| Ok((a, cfg.logins()?))) {
-        Ok(x) => x,
-        Err(e) => return config_failure(e),
-    };
-    let db = Db::new(db, Who::Web);
-    let pool = match db
-        .ready_pool(
-            Patience::Worker,
-            Duration::from_secs(db.cfg.db_connect_retry_s),
-        )
-        .await
-    {
-        Ok(p) => p,
-        Err(code) => return code,
-    };
-    let listener = match tokio::net::TcpListener::bind(addr).await {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("configuration error: WEB_ADDR: cannot listen on {addr} ({e})");
-            return exit::CONFIG;
-        }
-    };
-    let board = crate::web::board::Board::new(
-        Duration::from_secs(cfg.web_refresh_s),
-        Duration::from_millis(cfg.web_db_timeout_ms),
-    );
-    tokio::spawn(crate::web::board::refresh(
-        pool,
-        board.clone(),
-        ratio,
-        shutdown.clone(),
-    ));
-    info!(%addr, login = !logins.is_empty(), "serving the status page");
-    let app = crate::web::router(board, logins);
-    let stop = shutdown.clone();
-    match axum::serve(listener, app)
-        .with_graceful_shutdown(async move { stop.cancelled().await })
-        .await
-    {
-        Ok(()) => exit::DONE,
-        Err(e) => {
-            error!(error = %e, "the status page's server failed");
-            1
         }
     }
 }

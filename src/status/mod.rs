@@ -228,6 +228,37 @@ pub async fn gather(
 }
 
 #[cfg(test)]
+impl Status {
+    /// A status of a known campaign with nothing in it, for tests to fill in what they need.
+    pub(crate) fn empty(campaign_id: &str) -> Self {
+        Status {
+            campaign_id: campaign_id.into(),
+            at: Utc::now(),
+            known: true,
+            progress: Progress::default(),
+            remaining: 0,
+            rate_per_s: 0.0,
+            eta_s: None,
+            done: false,
+            paused: None,
+            template: campaign_id.into(),
+            from: None,
+            reply_to: None,
+            failure_budget: 1,
+            failure_ratio: 0.01,
+            limits: vec![],
+            failures: vec![],
+            retrying: vec![],
+            window: None,
+            suppressed: vec![],
+            unconfirmed_since: None,
+            archived: None,
+            funnel: vec![],
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::render::{budget, duration};
     use super::*;
@@ -260,28 +291,9 @@ mod tests {
     #[test]
     fn a_budget_too_small_for_one_row_says_any_failure_stops_a_run() {
         let mut s = Status {
-            campaign_id: "c".into(),
-            at: Utc::now(),
-            known: true,
             progress: progress(0, None),
-            remaining: 0,
-            rate_per_s: 0.0,
-            eta_s: None,
-            done: false,
-            paused: None,
-            template: "c".into(),
-            from: None,
-            reply_to: None,
             failure_budget: 0,
-            failure_ratio: 0.01,
-            limits: vec![],
-            failures: vec![],
-            retrying: vec![],
-            window: None,
-            suppressed: vec![],
-            unconfirmed_since: None,
-            archived: None,
-            funnel: vec![],
+            ..Status::empty("c")
         };
         s.progress.counts.total = 50;
         assert_eq!(
@@ -308,28 +320,10 @@ mod tests {
             .unwrap()
             .with_timezone(&Utc);
         let mut s = Status {
-            campaign_id: "c".into(),
             at: now,
-            known: true,
-            progress: progress(0, None),
             remaining: 5_040_000,
-            rate_per_s: 0.0,
-            eta_s: None,
-            done: false,
-            paused: None,
-            template: "c".into(),
-            from: None,
-            reply_to: None,
-            failure_budget: 1,
-            failure_ratio: 0.01,
-            limits: vec![],
-            failures: vec![],
-            retrying: vec![],
             window: Some(window_status(w, now, 5_040_000, 100.0)),
-            suppressed: vec![],
-            unconfirmed_since: None,
-            archived: None,
-            funnel: vec![],
+            ..Status::empty("c")
         };
         s.progress.counts.total = 6_000_000;
         let text = render(&s);

@@ -117,28 +117,8 @@ mod tests {
 
     fn status() -> Status {
         Status {
-            campaign_id: "spring".into(),
-            at: Utc::now(),
-            known: true,
-            progress: Default::default(),
             remaining: 10,
-            rate_per_s: 0.0,
-            eta_s: None,
-            done: false,
-            paused: None,
-            template: "t".into(),
-            from: None,
-            reply_to: None,
-            failure_budget: 1,
-            failure_ratio: 0.01,
-            limits: vec![],
-            failures: vec![],
-            retrying: vec![],
-            window: None,
-            suppressed: vec![],
-            unconfirmed_since: None,
-            archived: None,
-            funnel: vec![],
+            ..Status::empty("spring")
         }
     }
 

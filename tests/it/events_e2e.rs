@@ -64,17 +64,7 @@ async fn a_delivery_event_settles_the_row_whose_send_timed_out(pool: PgPool) {
 async fn a_database_that_stops_answering_is_503_and_the_retries_lose_nothing(pool: PgPool) {
     seed(&pool, CAMPAIGN, 3).await;
     let db = std::env::var("DATABASE_URL").unwrap();
-    let upstream = reqwest::Url::parse(&db).unwrap();
-    let proxy = FrozenDb::start(
-        format!(
-            "{}:{}",
-            upstream.host_str().unwrap(),
-            upstream.port().unwrap()
-        )
-        .parse()
-        .unwrap(),
-    )
-    .await;
+    let proxy = FrozenDb::in_front_of(&db).await;
     let through = sqlx::postgres::PgPoolOptions::new()
         .max_connections(2)
         .acquire_timeout(Duration::from_secs(1))

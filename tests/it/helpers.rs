@@ -451,6 +451,13 @@ impl FrozenDb {
         Self { addr, frozen }
     }
 
+    /// A proxy in front of the server of `url` (a database URL).
+    pub async fn in_front_of(url: &str) -> Self {
+        let u = reqwest::Url::parse(url).unwrap();
+        let upstream = format!("{}:{}", u.host_str().unwrap(), u.port().unwrap());
+        Self::start(upstream.parse().unwrap()).await
+    }
+
     pub fn freeze(&self) {
         self.frozen.store(true, std::sync::atomic::Ordering::SeqCst);
     }

@@ -87,18 +87,20 @@ async fn two_campaigns(pool: &PgPool) {
     .unwrap();
 }
 
+/// [`two_campaigns`], and the page over them as its role, no login.
+async fn two_campaigns_served(pool: &PgPool) -> (String, CancellationToken) {
+    two_campaigns(pool).await;
+    let url = role_url(pool, WEB_ROLE).await;
+    let (base, _board, stop) = serve(&url, vec![], Duration::from_secs(5)).await;
+    (base, stop)
+}
+
 /// Every page and answer: what `status` counts, the paused campaign first with its banner, the
 /// security headers on each, a 404 page for an unknown campaign — and no address anywhere,
 /// not even the one typed into the pause reason.
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn every_page_shows_the_status_figures_and_never_an_address(pool: PgPool) {
-    two_campaigns(&pool).await;
-    let (base, _board, stop) = serve(
-        &role_url(&pool, WEB_ROLE).await,
-        vec![],
-        Duration::from_secs(5),
-    )
-    .await;
+    let (base, stop) = two_campaigns_served(&pool).await;
 
     let (code, _, index) = get(&format!("{base}/")).await;
     assert_eq!(code, 200, "{index}");
@@ -173,13 +175,7 @@ async fn every_page_shows_the_status_figures_and_never_an_address(pool: PgPool) 
 /// `/api/campaigns/{id}` is `status --json` of the same moment: the same fields and counts.
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn the_api_answers_what_status_json_prints(pool: PgPool) {
-    two_campaigns(&pool).await;
-    let (base, _board, stop) = serve(
-        &role_url(&pool, WEB_ROLE).await,
-        vec![],
-        Duration::from_secs(5),
-    )
-    .await;
+    let (base, stop) = two_campaigns_served(&pool).await;
     let (code, _, body) = get(&format!("{base}/api/campaigns/spring")).await;
     assert_eq!(code, 200);
     let api: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -273,17 +269,7 @@ async fn a_login_file_closes_every_page_but_the_health_check(pool: PgPool) {
 async fn a_database_that_stops_answering_turns_the_pages_to_503_and_back(pool: PgPool) {
     two_campaigns(&pool).await;
     let url = role_url(&pool, WEB_ROLE).await;
-    let upstream = reqwest::Url::parse(&url).unwrap();
-    let frozen = FrozenDb::start(
-        format!(
-            "{}:{}",
-            upstream.host_str().unwrap(),
-            upstream.port().unwrap()
-        )
-        .parse()
-        .unwrap(),
-    )
-    .await;
+    let frozen = FrozenDb::in_front_of(&url).await;
     let (base, _board, stop) = serve(&frozen.url(&url), vec![], Duration::from_secs(1)).await;
     assert_eq!(get(&format!("{base}/campaigns/spring")).await.0, 200);
 
