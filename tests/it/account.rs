@@ -43,6 +43,42 @@ async fn count(pool: &PgPool, sql: &str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
 }
 
+/// A pod that meets a refusal stops at once, before its next rate round: the refusal still
+/// reaches the key (one last round as it leaves), so the other pods, the next run and `status`
+/// know of it. Rounds here are 2 s apart, so only that last round can have recorded it.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_pod_that_stops_at_its_first_refusal_still_records_it_for_the_key(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 50).await;
+    let p = slow_provider(5).await;
+    p.fake.set_chaos(ChaosRequest {
+        kind: ChaosKind::Refuse,
+        seconds: 120.0,
+        status: 401,
+        ..Default::default()
+    });
+    let mut cfg = pod_config(&p.url, "pod-a");
+    cfg.rate_sync_ms = 2000;
+    cfg.rate_share_ttl_ms = 6000;
+    let cancel = CancellationToken::new();
+    let started = Instant::now();
+    let r = tokio::time::timeout(Duration::from_secs(10), start(&pool, cfg, &cancel).await)
+        .await
+        .expect("the pod stopped")
+        .unwrap();
+    assert_eq!(r.reason, StopReason::AccountRefused, "{r:?}");
+    assert!(
+        started.elapsed() < Duration::from_millis(1900),
+        "the pod took {:?}: a second round may have recorded the refusal",
+        started.elapsed()
+    );
+    let key = campaign_sender::store::account::key_state(&pool, KEY)
+        .await
+        .unwrap()
+        .expect("the key's row");
+    let refused = key.refused.expect("the refusal is recorded for the key");
+    assert_eq!(refused.status, 401);
+}
+
 /// One pod's API calls start answering 401 (its key revoked): every pod of the limit key stops
 /// within a second — also the one the provider still answers — no row fails or spends an
 /// attempt, `run` exits 4, and after `resume` the campaign is delivered.
