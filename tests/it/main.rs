@@ -16,6 +16,7 @@ mod exit_codes;
 mod hostile;
 mod keda;
 mod manifests;
+mod manifests_servers;
 mod migrate;
 mod mistakes;
 mod operator;
