@@ -18,6 +18,9 @@ if [ ! -x "$chromium" ]; then
   fi
 fi
 command -v npm >/dev/null || { echo "browser.sh: Node.js and npm are needed (Debian: nodejs npm)" >&2; exit 1; }
+# playwright-core (tests/browser/package.json) needs Node.js 20 or later.
+node_major=$(node -p 'process.versions.node.split(".")[0]')
+[ "$node_major" -ge 20 ] || { echo "browser.sh: Node.js $(node --version) is too old: playwright-core needs 20 or later" >&2; exit 1; }
 dir=$PWD/tests/browser
 if [ ! -d "$dir/node_modules/playwright-core" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules" ]; then
   (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >&2 && touch node_modules)

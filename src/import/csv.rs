@@ -194,10 +194,16 @@ fn template_data(
 /// is personal data), control characters escaped (a file must not forge a terminal line), at
 /// most [`QUOTED_CHARS`] characters.
 pub fn quoted(value: &str) -> String {
-    if value.contains('@') {
-        return "(a value that may be an address, not shown)".to_string();
+    match shown(value, QUOTED_CHARS) {
+        Some(v) => format!("'{v}'"),
+        None => "(a value that may be an address, not shown)".to_string(),
     }
-    format!("'{}'", escaped_cut(value, QUOTED_CHARS))
+}
+
+/// Text from outside as it may be shown (an error line, the status page): [`escaped_cut`] to
+/// `max` characters, or `None` for one that may be an address (it is personal data).
+pub fn shown(value: &str, max: usize) -> Option<String> {
+    (!value.contains('@')).then(|| escaped_cut(value, max))
 }
 
 /// `value` with its control characters escaped, cut after `max` characters (`…` marks a cut):

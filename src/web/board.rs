@@ -41,8 +41,6 @@ pub struct View {
     /// When `history` was read, and the campaign's `sent` count then.
     pub history_at: DateTime<Utc>,
     pub history_sent: i64,
-    /// How long the last read took.
-    pub read_ms: u64,
 }
 
 impl View {
@@ -223,7 +221,6 @@ async fn read(
     old: Option<View>,
     default_ratio: f64,
 ) -> Result<View, sqlx::Error> {
-    let started = std::time::Instant::now();
     let status = status::gather(pool, id, default_ratio).await?;
     let sent = status.progress.counts.sent;
     let (history, history_at, history_sent) = match old {
@@ -244,6 +241,5 @@ async fn read(
         history,
         history_at,
         history_sent,
-        read_ms: started.elapsed().as_millis() as u64,
     })
 }

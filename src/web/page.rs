@@ -1,9 +1,11 @@
 //! The status page's HTML (maud: every value escaped), drawn from the [`Board`]'s last reads:
 //! the index of every campaign, one campaign, and the error pages.
 //!
-//! Invariant: no page shows personal data. An address never reaches a [`Status`]; free text
-//! an operator typed (a pause reason) goes through [`crate::import::csv::quoted`], which shows
-//! no value that may be an address; URLs carry campaign ids only.
+//! Invariant: no page shows personal data. A recipient's address or data never reaches a
+//! [`Status`] (the page leaves out even the campaign's own sender); free text someone typed —
+//! a pause reason, who paused, a name asked for in a URL — goes through
+//! [`crate::import::csv::shown`], which shows no value that may be an address; URLs carry
+//! campaign ids only.
 
 use chrono::{DateTime, Utc};
 use maud::{html, Markup, DOCTYPE};
@@ -30,6 +32,23 @@ pub fn grouped(n: i64) -> String {
     }
 }
 
+/// What a path segment may hold as it is; everything else is percent-encoded (RFC 3986's
+/// unreserved characters stay).
+const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
+/// `/campaigns/{id}` (or `/api/…` with `prefix`), the id percent-encoded: a campaign made
+/// before ids had one alphabet may hold a space, `/` or `?`.
+pub fn campaign_path(prefix: &str, id: &str) -> String {
+    format!(
+        "{prefix}/campaigns/{}",
+        percent_encoding::utf8_percent_encode(id, SEGMENT)
+    )
+}
+
 fn utc(t: DateTime<Utc>) -> String {
     t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
 }
@@ -52,13 +71,11 @@ fn ago(t: DateTime<Utc>, now: DateTime<Utc>) -> String {
     }
 }
 
-/// Free text someone typed (who paused, a name asked for), as a page may show it: control
-/// characters escaped, cut at `max`, and never a text that may be an address.
+/// Free text someone typed (who paused, a name asked for), as a page may show it
+/// ([`crate::import::csv::shown`]).
 pub fn typed(text: &str, max: usize) -> String {
-    if text.contains('@') {
-        return "(not shown: it may be an address)".into();
-    }
-    crate::import::csv::escaped_cut(text, max)
+    crate::import::csv::shown(text, max)
+        .unwrap_or_else(|| "(not shown: it may be an address)".into())
 }
 
 fn percent(part: i64, whole: i64) -> f64 {
@@ -172,7 +189,7 @@ pub fn index(board: &Board, views: &[View], now: DateTime<Utc>) -> Markup {
                             @let s = &v.status;
                             @let st = State::of(s);
                             tr {
-                                th scope="row" { a href=(format!("/campaigns/{}", s.campaign_id)) { (s.campaign_id) } }
+                                th scope="row" { a href=(campaign_path("", &s.campaign_id)) { (s.campaign_id) } }
                                 td { (badge(&st)) (state_detail(&st, now)) }
                                 td { (progress(s)) }
                                 td.num { (rate(s)) }
@@ -299,7 +316,7 @@ pub fn campaign(board: &Board, v: &View, now: DateTime<Utc>) -> Markup {
                 }
             }
             p.muted { "As JSON (what " code { "status --json" } " prints): "
-                a href=(format!("/api/campaigns/{}", s.campaign_id)) { "/api/campaigns/" (s.campaign_id) } }
+                a href=(campaign_path("/api", &s.campaign_id)) { (campaign_path("/api", &s.campaign_id)) } }
         },
     )
 }

@@ -1,11 +1,11 @@
 //! The documents hold together: every cross-reference a file makes to a section (`README "X"`,
 //! `docs/NAME.md "Y"`) names one that exists, every test the reliability table cites exists,
-//! and the README's table of defaults says what `RunConfig` and `DbConfig` hold. A renamed
+//! and the docs' tables of defaults say what the configs hold. A renamed
 //! section, test or default turns this red instead of leaving a dangling pointer.
 
 use std::path::{Path, PathBuf};
 
-use campaign_sender::config::{DbConfig, FromEnv, RunConfig};
+use campaign_sender::config::{DbConfig, EventsConfig, FromEnv, RunConfig, WebConfig};
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -164,51 +164,64 @@ fn every_test_the_reliability_table_cites_exists() {
     );
 }
 
-/// The README's table of defaults: each numeric default is the one `RunConfig` or `DbConfig`
-/// takes when the variable is unset (both sides of an `A` / `B` row).
+/// Every table of settings in the docs (`| variable | default | meaning |`: the README's, the
+/// status page's in OPERATIONS.md): each numeric default is the one its config takes when the
+/// variable is unset (both sides of an `A` / `B` row).
 #[test]
-fn the_readmes_defaults_are_the_configs_defaults() {
-    let run = serde_json::to_value(RunConfig::with_defaults("c", "http://127.0.0.1/")).unwrap();
-    let db = serde_json::to_value(
-        DbConfig::from_vars([("DATABASE_URL".to_string(), "postgres://x".to_string())]).unwrap(),
-    )
-    .unwrap();
-    let readme = read(&root().join("README.md"));
-    let table = readme
-        .split("### Configuration (environment)")
-        .nth(1)
-        .expect("the README's configuration table");
-    let mut checked = 0;
-    for row in table
-        .lines()
-        .take_while(|l| !l.starts_with("## "))
-        .filter(|l| l.starts_with("| `"))
-    {
-        let cells: Vec<&str> = row.split(" | ").collect();
-        let vars: Vec<String> = cells[0]
-            .trim_start_matches("| ")
-            .split(" / ")
-            .map(|v| v.trim_matches('`').to_lowercase())
-            .collect();
-        let defaults: Vec<&str> = cells[1].split(" / ").collect();
-        for (var, default) in vars.iter().zip(defaults) {
-            let Some(number) = default
-                .split_whitespace()
-                .next()
-                .and_then(|d| d.parse::<f64>().ok())
-            else {
-                continue; // "required", "unset", a name
-            };
-            let actual = run
-                .get(var)
-                .or_else(|| db.get(var))
-                .unwrap_or_else(|| panic!("{var} is not a config field"));
-            if actual.is_null() && default.contains('(') {
-                continue; // a default that depends on something else, said in the parenthesis
+fn the_docs_defaults_are_the_configs_defaults() {
+    let unset = || std::iter::empty::<(String, String)>();
+    let configs = [
+        serde_json::to_value(RunConfig::with_defaults("c", "http://127.0.0.1/")).unwrap(),
+        serde_json::to_value(
+            DbConfig::from_vars([("DATABASE_URL".to_string(), "postgres://x".to_string())])
+                .unwrap(),
+        )
+        .unwrap(),
+        serde_json::to_value(WebConfig::from_vars(unset()).unwrap()).unwrap(),
+        serde_json::to_value(envy::from_iter::<_, EventsConfig>(unset()).unwrap()).unwrap(),
+    ];
+    let mut checked = std::collections::BTreeMap::new();
+    for doc in ["README.md", "docs/OPERATIONS.md"] {
+        let text = read(&root().join(doc));
+        let mut in_table = false;
+        for row in text.lines() {
+            if row.starts_with("| variable | default |") {
+                in_table = true;
+                continue;
             }
-            assert_eq!(actual.as_f64(), Some(number), "README's default of {var}");
-            checked += 1;
+            if !row.starts_with('|') {
+                in_table = false;
+            }
+            if !in_table || !row.starts_with("| `") {
+                continue;
+            }
+            let cells: Vec<&str> = row.split(" | ").collect();
+            let vars: Vec<String> = cells[0]
+                .trim_start_matches("| ")
+                .split(" / ")
+                .map(|v| v.trim_matches('`').to_lowercase())
+                .collect();
+            let defaults: Vec<&str> = cells[1].split(" / ").collect();
+            for (var, default) in vars.iter().zip(defaults) {
+                let Some(number) = default
+                    .split_whitespace()
+                    .next()
+                    .and_then(|d| d.parse::<f64>().ok())
+                else {
+                    continue; // "required", "unset", a name
+                };
+                let actual = configs
+                    .iter()
+                    .find_map(|c| c.get(var))
+                    .unwrap_or_else(|| panic!("{doc}: {var} is not a config field"));
+                if actual.is_null() && default.contains('(') {
+                    continue; // a default that depends on something else, said in the parenthesis
+                }
+                assert_eq!(actual.as_f64(), Some(number), "{doc}'s default of {var}");
+                *checked.entry(doc).or_insert(0) += 1;
+            }
         }
     }
-    assert!(checked > 20, "only {checked} defaults checked");
+    assert!(checked["README.md"] > 20, "{checked:?}");
+    assert!(checked["docs/OPERATIONS.md"] >= 2, "{checked:?}");
 }

@@ -1,9 +1,35 @@
 //! The manifests of the two HTTP servers (`events`, the status page) and the alerts' runbook
 //! links, held to the binary: what they run, where they listen, what they read.
 
+use std::collections::BTreeMap;
+
 use campaign_sender::config::known_variables;
 
 use crate::manifests::{args_of, at, int, load};
+
+/// A server container's variables by name: each one the binary reads, and every secret
+/// (`DATABASE_URL`, a key, a secret, a password) by reference to the Secret `secret`.
+fn container_env(c: &serde_yaml::Value, secret: &str) -> BTreeMap<String, serde_yaml::Value> {
+    let known = known_variables();
+    let mut env = BTreeMap::new();
+    for e in c["env"].as_sequence().unwrap() {
+        let name = e["name"].as_str().unwrap();
+        assert!(
+            known.iter().any(|k| k == name),
+            "{name} is not read by the binary"
+        );
+        if name == "DATABASE_URL"
+            || ["SECRET", "KEY", "PASSWORD"]
+                .iter()
+                .any(|w| name.contains(w))
+        {
+            assert!(e["value"].is_null(), "{name} must come from the Secret");
+            assert_eq!(e["valueFrom"]["secretKeyRef"]["name"], secret, "{name}");
+        }
+        env.insert(name.to_string(), e.clone());
+    }
+    env
+}
 
 /// The events overlay: a real subcommand, two replicas a drain never takes together, probes and
 /// the Service on the port `EVENTS_ADDR` listens on, metrics where the PodMonitor scrapes, and
@@ -17,30 +43,10 @@ fn the_events_deployment_serves_where_the_app_listens_and_reads_only_its_variabl
     assert_eq!(args, ["events"]);
     campaign_sender::cli::Cli::try_parse_from(["campaign-sender", "events"]).unwrap();
     assert!(int(&d, "spec.replicas") >= 2);
-    let known = known_variables();
-    let mut env = std::collections::BTreeMap::new();
-    for e in c["env"].as_sequence().unwrap() {
-        let name = e["name"].as_str().unwrap();
-        assert!(
-            known.iter().any(|k| k == name),
-            "{name} is not read by the binary"
-        );
-        if name == "DATABASE_URL"
-            || name.contains("SECRET")
-            || name.contains("KEY")
-            || name.contains("PASSWORD")
-        {
-            assert!(e["value"].is_null(), "{name} must come from the Secret");
-            assert_eq!(
-                e["valueFrom"]["secretKeyRef"]["name"],
-                "campaign-sender-events"
-            );
-        }
-        env.insert(name.to_string(), e["value"].as_str().map(str::to_string));
-    }
+    let env = container_env(c, "campaign-sender-events");
     let port = |var: &str| {
-        env[var]
-            .as_deref()
+        env[var]["value"]
+            .as_str()
             .unwrap()
             .parse::<std::net::SocketAddr>()
             .unwrap()
@@ -98,21 +104,7 @@ fn the_web_component_serves_where_the_app_listens_behind_a_login() {
     let c = at(&d, "spec.template.spec.containers.0");
     assert_eq!(args_of(c), ["web"]);
     campaign_sender::cli::Cli::try_parse_from(["campaign-sender", "web"]).unwrap();
-    let known = known_variables();
-    let mut env = std::collections::BTreeMap::new();
-    for e in c["env"].as_sequence().unwrap() {
-        let name = e["name"].as_str().unwrap();
-        assert!(
-            known.iter().any(|k| k == name),
-            "{name} is not read by the binary"
-        );
-        env.insert(name.to_string(), e.clone());
-    }
-    assert!(env["DATABASE_URL"]["value"].is_null());
-    assert_eq!(
-        env["DATABASE_URL"]["valueFrom"]["secretKeyRef"]["name"],
-        "campaign-sender-web"
-    );
+    let env = container_env(c, "campaign-sender-web");
     let port = env["WEB_ADDR"]["value"]
         .as_str()
         .unwrap()

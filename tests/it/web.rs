@@ -100,6 +100,8 @@ async fn two_campaigns_served(pool: &PgPool) -> (String, CancellationToken) {
 /// not even the one typed into the pause reason.
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn every_page_shows_the_status_figures_and_never_an_address(pool: PgPool) {
+    // A campaign made before ids had one alphabet: its link must still lead to it.
+    seed(&pool, "q 1/2?x", 3).await;
     let (base, stop) = two_campaigns_served(&pool).await;
 
     let (code, _, index) = get(&format!("{base}/")).await;
@@ -109,6 +111,13 @@ async fn every_page_shows_the_status_figures_and_never_an_address(pool: PgPool) 
         index.find("/campaigns/spring").unwrap(),
     );
     assert!(autumn < spring, "the paused campaign comes first");
+    assert!(
+        index.contains("href=\"/campaigns/q%201%2F2%3Fx\""),
+        "{index}"
+    );
+    let (code, _, legacy) = get(&format!("{base}/campaigns/q%201%2F2%3Fx")).await;
+    assert_eq!(code, 200, "{legacy}");
+    assert!(legacy.contains("q 1/2?x") && legacy.contains("/api/campaigns/q%201%2F2%3Fx"));
     assert!(
         index.contains("106\u{2009}/\u{2009}200") || index.contains("106 / 200 settled"),
         "{index}"
