@@ -25,6 +25,8 @@
 //! - [`report`]: per-process counters and the run report;
 //! - [`metrics`]: Prometheus metric names and the exporter;
 //! - [`telemetry`]: tracing setup (JSON in pods);
+//! - [`text_enum`]: the one declaration of a vocabulary stored or shown as text (row states,
+//!   error classes, verdicts, phases);
 //! - [`events`]: `campaign-sender events`, the vendors' signed webhooks: suppressions from
 //!   bounces and complaints, settled rows from deliveries;
 //! - [`import`]: CSV → `COPY` → checks → idempotent insert, in one transaction;
@@ -50,6 +52,7 @@ pub mod report;
 pub mod status;
 pub mod store;
 pub mod telemetry;
+pub mod text_enum;
 pub mod web;
 pub mod window;
 pub mod worker;

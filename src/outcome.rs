@@ -11,64 +11,49 @@
 
 use std::time::Duration;
 
-/// Why a row was not delivered on this attempt. Stored in `last_error`; a short, fixed
-/// vocabulary (never a response body, which may echo personal data).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ErrorClass {
-    /// 429 Too Many Requests.
-    Throttled,
-    /// 5xx.
-    ServerError,
-    /// No response within `READ_TIMEOUT_MS` (or connect within `CONNECT_TIMEOUT_MS`).
-    Timeout,
-    /// Could not connect (refused, DNS, TLS handshake, connect timeout): the request never left,
-    /// so the row is deferred without spending an attempt.
-    Connect,
-    /// The connection broke in another way mid-request.
-    Transport,
-    /// A 4xx other than 429: the provider refuses this request; retrying will not help.
-    Rejected,
-    /// 1xx/3xx or a code outside 100..=599: the endpoint is not the mail API we expect.
-    UnexpectedStatus,
-    /// The row's address is empty, absurdly long or not an address: failed without a request.
-    InvalidEmail,
-    /// Opted out after the claim: released, never sent.
-    OptedOut,
-    /// Not attempted before the batch ran out of time or the process was stopped.
-    Released,
-    /// The provider refused the account (401/403): released, the fleet paused.
-    AccountRefused,
-    /// The endpoint is not the mail API (404/405: `MAIL_URL` or its path): released, the fleet
-    /// paused.
-    EndpointRefused,
-    /// The vendor's own daily or monthly quota is used up: released, the fleet stops until the
-    /// vendor's quota frees ([`Attempt::Quota`]).
-    VendorQuota,
-    /// The vendor refuses this recipient as inactive (bounced, complained, unsubscribed at the
-    /// vendor: Postmark's 422 / ErrorCode 406): the row is `suppressed`, the address listed.
-    Inactive,
+use crate::text_enum::text_enum;
+
+text_enum! {
+    /// Why a row was not delivered on this attempt. Stored in `last_error`; a short, fixed
+    /// vocabulary (never a response body, which may echo personal data).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum ErrorClass: "error class" {
+        /// 429 Too Many Requests.
+        Throttled = "throttled",
+        /// 5xx.
+        ServerError = "server_error",
+        /// No response within `READ_TIMEOUT_MS` (or connect within `CONNECT_TIMEOUT_MS`).
+        Timeout = "timeout",
+        /// Could not connect (refused, DNS, TLS handshake, connect timeout): the request never left,
+        /// so the row is deferred without spending an attempt.
+        Connect = "connect",
+        /// The connection broke in another way mid-request.
+        Transport = "transport",
+        /// A 4xx other than 429: the provider refuses this request; retrying will not help.
+        Rejected = "rejected",
+        /// 1xx/3xx or a code outside 100..=599: the endpoint is not the mail API we expect.
+        UnexpectedStatus = "unexpected_status",
+        /// The row's address is empty, absurdly long or not an address: failed without a request.
+        InvalidEmail = "invalid_email",
+        /// Opted out after the claim: released, never sent.
+        OptedOut = "opted_out",
+        /// Not attempted before the batch ran out of time or the process was stopped.
+        Released = "released",
+        /// The provider refused the account (401/403): released, the fleet paused.
+        AccountRefused = "account_refused",
+        /// The endpoint is not the mail API (404/405: `MAIL_URL` or its path): released, the fleet
+        /// paused.
+        EndpointRefused = "endpoint_refused",
+        /// The vendor's own daily or monthly quota is used up: released, the fleet stops until the
+        /// vendor's quota frees ([`Attempt::Quota`]).
+        VendorQuota = "vendor_quota",
+        /// The vendor refuses this recipient as inactive (bounced, complained, unsubscribed at the
+        /// vendor: Postmark's 422 / ErrorCode 406): the row is `suppressed`, the address listed.
+        Inactive = "inactive",
+    }
 }
 
 impl ErrorClass {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ErrorClass::Throttled => "throttled",
-            ErrorClass::ServerError => "server_error",
-            ErrorClass::Timeout => "timeout",
-            ErrorClass::Connect => "connect",
-            ErrorClass::Transport => "transport",
-            ErrorClass::Rejected => "rejected",
-            ErrorClass::UnexpectedStatus => "unexpected_status",
-            ErrorClass::InvalidEmail => "invalid_email",
-            ErrorClass::OptedOut => "opted_out",
-            ErrorClass::Released => "released",
-            ErrorClass::AccountRefused => "account_refused",
-            ErrorClass::EndpointRefused => "endpoint_refused",
-            ErrorClass::VendorQuota => "vendor_quota",
-            ErrorClass::Inactive => "inactive",
-        }
-    }
-
     /// The request may have reached the provider and been delivered although we got no answer:
     /// a timeout, or a connection broken after the request was written. (A connection that
     /// never opened, and any HTTP answer, are definite.) Such an attempt starts the row's
@@ -78,32 +63,22 @@ impl ErrorClass {
     }
 }
 
-/// An answer that is not about the recipient: the provider refuses the account (an API key
-/// revoked or rotated before the Secret) or the endpoint is not the mail API (`MAIL_URL`
-/// without its path). Every row would get it: the fleet stops until an operator acts, and no
-/// row fails or spends an attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Refusal {
-    Account,
-    Endpoint,
+text_enum! {
+    /// An answer that is not about the recipient: the provider refuses the account (an API key
+    /// revoked or rotated before the Secret) or the endpoint is not the mail API (`MAIL_URL`
+    /// without its path). Every row would get it: the fleet stops until an operator acts, and
+    /// no row fails or spends an attempt. Stored as its text in `rate_limits.refused_kind`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum Refusal: "refusal" {
+        Account = "account",
+        Endpoint = "endpoint",
+    }
 }
 
 impl Refusal {
-    /// As stored in `rate_limits.refused_kind`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Refusal::Account => "account",
-            Refusal::Endpoint => "endpoint",
-        }
-    }
-
+    /// `rate_limits.refused_kind` read back; `None` for a word this version does not know.
     pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "account" => Some(Refusal::Account),
-            "endpoint" => Some(Refusal::Endpoint),
-            _ => None,
-        }
+        s.parse().ok()
     }
 
     /// What an operator reads (`status`, the log line): what happened and what to check.

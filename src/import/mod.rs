@@ -32,6 +32,7 @@ use tokio::sync::mpsc;
 
 use self::csv::{read_input, ReadOutcome, Rejects};
 use crate::store::import as sql;
+use crate::text_enum::text_enum;
 
 /// Line errors kept to show; the rest are only counted.
 pub const ERRORS_SHOWN: usize = 20;
@@ -109,37 +110,22 @@ pub struct ImportProgress {
     phase: AtomicU8,
 }
 
-/// The phases of an import, in order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    Reading,
-    CheckingDuplicates,
-    Inserting,
-    Committing,
-    Done,
-}
-
-impl Phase {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::Reading => "reading",
-            Phase::CheckingDuplicates => "checking duplicates",
-            Phase::Inserting => "inserting",
-            Phase::Committing => "committing",
-            Phase::Done => "done",
-        }
+text_enum! {
+    /// The phases of an import, in order.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Phase: "import phase" {
+        Reading = "reading",
+        CheckingDuplicates = "checking duplicates",
+        Inserting = "inserting",
+        Committing = "committing",
+        Done = "done",
     }
 }
 
 impl ImportProgress {
     pub fn phase(&self) -> Phase {
-        match self.phase.load(Ordering::Relaxed) {
-            0 => Phase::Reading,
-            1 => Phase::CheckingDuplicates,
-            2 => Phase::Inserting,
-            3 => Phase::Committing,
-            _ => Phase::Done,
-        }
+        let stored = self.phase.load(Ordering::Relaxed) as usize;
+        Phase::ALL[stored.min(Phase::ALL.len() - 1)]
     }
     fn set(&self, p: Phase) {
         self.phase.store(p as u8, Ordering::Relaxed);

@@ -35,6 +35,7 @@ use uuid::Uuid;
 
 pub use super::row_state::RowState;
 use crate::outcome::Resolution;
+use crate::text_enum::{text_enum, text_enum_sql};
 
 /// One claimed row, as the worker needs it. The email is personal data: it goes into the
 /// request body and nowhere else.
@@ -119,30 +120,24 @@ pub struct CampaignCounts {
     pub suppressed: i64,
 }
 
-/// Why a claimed row must not be sent now although we claimed it (what [`Store::recheck`]
-/// finds).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Recheck {
-    /// `opted_out_at` was set after the claim.
-    OptedOut,
-    /// Our lease lapsed and another worker re-claimed the row: it is not ours any more.
-    TakenOver,
-    /// Its address was suppressed after the claim: the re-check moved it to `suppressed`.
-    Suppressed,
-    /// Its idempotency window closed after the claim: the re-check moved it to `unconfirmed`.
-    Unconfirmed,
-}
-
-impl Recheck {
-    fn parse(s: &str) -> Self {
-        match s {
-            "opted_out" => Recheck::OptedOut,
-            "suppressed" => Recheck::Suppressed,
-            "unconfirmed" => Recheck::Unconfirmed,
-            _ => Recheck::TakenOver,
-        }
+text_enum! {
+    /// Why a claimed row must not be sent now although we claimed it (what [`Store::recheck`]
+    /// finds), as the re-check's statement words it.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Recheck: "re-check verdict" {
+        /// `opted_out_at` was set after the claim.
+        OptedOut = "opted_out",
+        /// Our lease lapsed and another worker re-claimed the row: it is not ours any more.
+        TakenOver = "taken_over",
+        /// Its address was suppressed after the claim: the re-check moved it to `suppressed`.
+        Suppressed = "suppressed",
+        /// Its idempotency window closed after the claim: the re-check moved it to
+        /// `unconfirmed`.
+        Unconfirmed = "unconfirmed",
     }
 }
+
+text_enum_sql!(Recheck);
 
 /// The rows side of `status`.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, FromRow)]
@@ -427,17 +422,14 @@ impl Store {
                AND NOT EXISTS (SELECT 1 FROM verdict v
                                 WHERE v.member_id = a.member_id AND v.verdict = 'opted_out')
         "#;
-        let found: Vec<(i64, String)> = sqlx::query_as(RECHECK)
+        // A verdict this code does not know is a decode error, never read as one it does.
+        sqlx::query_as(RECHECK)
             .bind(&self.campaign_id)
             .bind(&ids)
             .bind(&claims)
             .bind(resend_within.as_secs_f64())
             .fetch_all(&self.pool)
-            .await?;
-        Ok(found
-            .into_iter()
-            .map(|(member_id, why)| (member_id, Recheck::parse(&why)))
-            .collect())
+            .await
     }
 
     /// The heartbeat: pushes the lease of rows we still hold (member id, claim) to
