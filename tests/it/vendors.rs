@@ -449,6 +449,51 @@ async fn the_vendors_own_quota_stops_the_fleet_done_for_now_and_status_says_unti
     }
 }
 
+/// Which quota stopped a pod is said in its log: the vendor's own (see `status`) or
+/// `MAIL_DAILY_QUOTA`, whether the pod meets it while sending or at its start.
+#[sqlx::test]
+async fn a_pod_stopped_by_a_quota_says_which_quota_it_was(pool: PgPool) {
+    configure_sender(&pool).await;
+    let db = worker_url(&pool).await;
+    let p = misbehaving(&pool, 20, fake_provider::ChaosKind::Quota).await;
+    let base = base_of(&p);
+    let env = vec![
+        ("CAMPAIGN_ID", CAMPAIGN),
+        ("MAIL_PROVIDER", "resend"),
+        ("MAIL_API_KEY", "k"),
+        ("MAIL_URL", base.as_str()),
+        ("DB_CONNECT_RETRY_S", "2"),
+    ];
+    let vendor = "the provider's own sending quota is used up";
+    for (when, words) in [("while sending", "stopping"), ("at start", "nothing sent")] {
+        let (code, out, err) =
+            finish(spawn_sender(&["run"], &db, &env), Duration::from_secs(60)).await;
+        assert_eq!(code, 0, "{when}: {out}\n{err}");
+        assert!(
+            err.contains(vendor) && err.contains(words) && !err.contains("MAIL_DAILY_QUOTA"),
+            "{when}: {err}"
+        );
+    }
+    let p = misbehaving(&pool, 20, fake_provider::ChaosKind::Quota).await;
+    p.fake.set_chaos(fake_provider::ChaosRequest::default());
+    let base = base_of(&p);
+    let mut daily = env.clone();
+    daily[3] = ("MAIL_URL", base.as_str());
+    daily.push(("MAIL_DAILY_QUOTA", "5"));
+    for (when, words) in [("while sending", "stopping"), ("at start", "nothing sent")] {
+        let (code, out, err) =
+            finish(spawn_sender(&["run"], &db, &daily), Duration::from_secs(60)).await;
+        assert_eq!(code, 0, "{when}: {out}\n{err}");
+        assert!(
+            err.contains("the daily quota (MAIL_DAILY_QUOTA) is used up")
+                && err.contains(words)
+                && !err.contains(vendor),
+            "{when}: {err}"
+        );
+    }
+    assert_eq!(p.fake.stats().requests, 5, "the daily quota");
+}
+
 #[sqlx::test]
 async fn a_vendor_run_without_a_sender_or_with_an_id_its_tags_refuse_exits_78_sending_nothing(
     pool: PgPool,
