@@ -8,7 +8,8 @@
 
 use std::time::SystemTime;
 
-use serde_json::json;
+use serde::Serialize;
+use serde_json::{Map, Value};
 
 use super::answer;
 use super::idempotency_key;
@@ -21,6 +22,16 @@ pub struct Json {
     pub refusals: Refusals,
 }
 
+/// Our contract's body; `data` only when the row has template data.
+#[derive(Serialize)]
+struct Request<'a> {
+    to: &'a str,
+    member_id: i64,
+    template: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data: Option<&'a Map<String, Value>>,
+}
+
 impl Profile for Json {
     /// Our contract has no sender field: the relay behind it knows its own.
     fn needs_sender(&self) -> bool {
@@ -28,11 +39,12 @@ impl Profile for Json {
     }
 
     fn request(&self, mail: &Mail<'_>, _now: SystemTime) -> Result<Outgoing, BuildError> {
-        let mut body =
-            json!({"to": mail.to, "member_id": mail.member_id, "template": mail.template});
-        if let Some(data) = mail.data {
-            body["data"] = serde_json::Value::Object(data.clone());
-        }
+        let body = Request {
+            to: mail.to,
+            member_id: mail.member_id,
+            template: mail.template,
+            data: mail.data,
+        };
         let mut out = Outgoing::new("", Body::json(&body)).header(
             "Idempotency-Key",
             idempotency_key(mail.campaign_id, mail.member_id),

@@ -36,19 +36,16 @@ pub struct Mailgun {
 impl Profile for Mailgun {
     fn request(&self, mail: &Mail<'_>, _now: SystemTime) -> Result<Outgoing, BuildError> {
         let mut form = vec![
-            (
-                "from".to_string(),
-                mail.from.unwrap_or_default().to_string(),
-            ),
-            ("to".to_string(), mail.to.to_string()),
-            ("template".to_string(), mail.template.to_string()),
-            ("t:variables".to_string(), mail.data_object().to_string()),
-            ("o:tag".to_string(), mail.campaign_id.to_string()),
-            ("v:campaign_id".to_string(), mail.campaign_id.to_string()),
-            ("v:member_id".to_string(), mail.member()),
+            ("from", mail.from.unwrap_or_default().to_string()),
+            ("to", mail.to.to_string()),
+            ("template", mail.template.to_string()),
+            ("t:variables", mail.data_text()),
+            ("o:tag", mail.campaign_id.to_string()),
+            ("v:campaign_id", mail.campaign_id.to_string()),
+            ("v:member_id", mail.member().to_string()),
         ];
         if let Some(r) = mail.reply_to {
-            form.push(("h:Reply-To".to_string(), r.to_string()));
+            form.push(("h:Reply-To", r.to_string()));
         }
         let mut out = Outgoing::new(format!("/v3/{}/messages", self.domain), Body::Form(form))
             .header("Accept", "application/json");

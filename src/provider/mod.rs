@@ -217,16 +217,10 @@ impl Provider {
         if let Some((user, password)) = &out.basic {
             req = req.basic_auth(user, Some(password));
         }
-        req = match out.body {
-            Body::Json(bytes) => req
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(bytes),
-            Body::Form(fields) => req.multipart(
-                fields
-                    .into_iter()
-                    .fold(reqwest::multipart::Form::new(), |f, (k, v)| f.text(k, v)),
-            ),
-        };
+        let (content_type, bytes) = out.body.encode();
+        req = req
+            .header(reqwest::header::CONTENT_TYPE, content_type)
+            .body(bytes);
         match req.send().await {
             Ok(resp) => self.read(resp).await,
             // No connection was made (refused, DNS, TLS handshake, connect timeout): the request

@@ -17,10 +17,11 @@
 
 use std::time::SystemTime;
 
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
 
 use super::answer;
-use super::profile::{Answer, Body, BuildError, Mail, Outgoing, Profile};
+use super::profile::{Answer, Body, BuildError, Data, Mail, Outgoing, Profile, Text};
 use crate::config::Secret;
 use crate::outcome::{Attempt, Refusal};
 
@@ -36,23 +37,49 @@ pub struct Postmark {
     pub message_stream: String,
 }
 
+/// `POST /email/withTemplate`, as the `postmark` SDK's `sendEmailWithTemplate` sends it.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Request<'a> {
+    from: &'a str,
+    to: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    template_id: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    template_alias: Option<&'a str>,
+    template_model: Data<'a>,
+    tag: &'a str,
+    metadata: Tags<'a>,
+    message_stream: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reply_to: Option<&'a str>,
+}
+
+/// Our metadata, echoed as `Metadata` in every webhook.
+#[derive(Serialize)]
+struct Tags<'a> {
+    campaign_id: &'a str,
+    member_id: Text<i64>,
+}
+
 impl Profile for Postmark {
     fn request(&self, mail: &Mail<'_>, _now: SystemTime) -> Result<Outgoing, BuildError> {
-        let mut body = json!({
-            "From": mail.from.unwrap_or_default(),
-            "To": mail.to,
-            "TemplateModel": mail.data_object(),
-            "Tag": mail.campaign_id,
-            "Metadata": {"campaign_id": mail.campaign_id, "member_id": mail.member()},
-            "MessageStream": self.message_stream,
-        });
-        match mail.template.parse::<i64>() {
-            Ok(id) => body["TemplateId"] = json!(id),
-            Err(_) => body["TemplateAlias"] = json!(mail.template),
-        }
-        if let Some(r) = mail.reply_to {
-            body["ReplyTo"] = json!(r);
-        }
+        // A template is named by its numeric id or by its alias.
+        let id = mail.template.parse::<i64>().ok();
+        let body = Request {
+            from: mail.from.unwrap_or_default(),
+            to: mail.to,
+            template_id: id,
+            template_alias: id.is_none().then_some(mail.template),
+            template_model: mail.data(),
+            tag: mail.campaign_id,
+            metadata: Tags {
+                campaign_id: mail.campaign_id,
+                member_id: mail.member(),
+            },
+            message_stream: &self.message_stream,
+            reply_to: mail.reply_to,
+        };
         Ok(Outgoing::new("/email/withTemplate", Body::json(&body))
             .header("Accept", "application/json")
             .header("X-Postmark-Server-Token", self.server_token.expose()))

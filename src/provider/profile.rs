@@ -7,6 +7,7 @@
 use std::fmt;
 use std::time::SystemTime;
 
+use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Value};
 
 use crate::outcome::Attempt;
@@ -39,31 +40,117 @@ impl fmt::Debug for Mail<'_> {
     }
 }
 
-impl Mail<'_> {
-    /// The template data, `{}` when the row has none.
-    pub fn data_object(&self) -> Value {
-        Value::Object(self.data.cloned().unwrap_or_default())
+impl<'a> Mail<'a> {
+    /// The template data as a JSON object, `{}` when the row has none, serialized in place.
+    pub fn data(&self) -> Data<'a> {
+        Data(self.data)
     }
 
-    /// The member id as the vendors' metadata carries it (a string everywhere).
-    pub fn member(&self) -> String {
-        self.member_id.to_string()
+    /// The template data as a JSON string (SES's `TemplateData`, Mailgun's `t:variables`).
+    pub fn data_text(&self) -> String {
+        serde_json::to_string(&self.data()).expect("a JSON object serializes")
+    }
+
+    /// The member id as the vendors' metadata carries it: a string everywhere.
+    pub fn member(&self) -> Text<i64> {
+        Text(self.member_id)
     }
 }
 
-/// A request body: bytes with their content type, or form fields the client sends as
-/// `multipart/form-data` (Mailgun's SDK does; the boundary is the client's).
+/// A row's template data in a request body: the object itself, or `{}`. Serialized from the
+/// row's map without copying it.
+#[derive(Clone, Copy)]
+pub struct Data<'a>(Option<&'a Map<String, Value>>);
+
+impl Serialize for Data<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Some(map) => map.serialize(s),
+            None => s.serialize_map(Some(0))?.end(),
+        }
+    }
+}
+
+/// A value sent as a JSON string (`"42"`) whatever its type: the vendors' metadata fields take
+/// strings only.
+#[derive(Clone, Copy)]
+pub struct Text<T>(pub T);
+
+impl<T: fmt::Display> Serialize for Text<T> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&self.0)
+    }
+}
+
+impl<T: fmt::Display> fmt::Display for Text<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A request body: JSON bytes, or form fields sent as `multipart/form-data` (Mailgun's SDK
+/// does), in the order given.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Body {
     Json(Vec<u8>),
-    Form(Vec<(String, String)>),
+    Form(Vec<(&'static str, String)>),
 }
 
 impl Body {
-    /// `value` as JSON bytes.
-    pub fn json(value: &Value) -> Self {
-        Body::Json(serde_json::to_vec(value).expect("a JSON value serializes"))
+    /// `value` as JSON bytes: a vendor's typed body, serialized straight into the buffer sent.
+    pub fn json(value: &impl Serialize) -> Self {
+        Body::Json(serde_json::to_vec(value).expect("a request body serializes"))
     }
+
+    /// The content type and the bytes sent. A form is encoded here as `multipart/form-data`,
+    /// in one buffer (see [`multipart`]).
+    pub fn encode(self) -> (String, Vec<u8>) {
+        match self {
+            Body::Json(bytes) => ("application/json".to_string(), bytes),
+            Body::Form(fields) => {
+                let (boundary, bytes) = multipart(&fields);
+                (format!("multipart/form-data; boundary={boundary}"), bytes)
+            }
+        }
+    }
+}
+
+/// `fields` as a `multipart/form-data` body of text parts (RFC 7578), as the `form-data`
+/// package under Mailgun's SDK writes it: per part a `Content-Disposition: form-data;
+/// name="…"` line, a blank line and the value, then the closing delimiter. Written into one
+/// buffer rather than through `reqwest::multipart`: that streams every part as several chunks
+/// through nested stream adapters, which cost a Mailgun mail ~85 000 instructions more than a
+/// JSON one (docs/BENCHMARKS.md "Each vendor's contract"). The boundary is random and never
+/// occurs in a value (a value holding it gets another); the names are ours, plain ASCII.
+pub fn multipart(fields: &[(&'static str, String)]) -> (String, Vec<u8>) {
+    let boundary = loop {
+        let b = format!("----campaign-sender-{}", uuid::Uuid::new_v4().simple());
+        if !fields.iter().any(|(_, v)| v.contains(&b)) {
+            break b;
+        }
+    };
+    let size: usize = fields
+        .iter()
+        .map(|(n, v)| boundary.len() + n.len() + v.len() + 50)
+        .sum();
+    let mut bytes = Vec::with_capacity(size + boundary.len() + 8);
+    for (name, value) in fields {
+        debug_assert!(
+            !name.contains(['"', '\r', '\n']),
+            "a form field name of ours"
+        );
+        bytes.extend_from_slice(b"--");
+        bytes.extend_from_slice(boundary.as_bytes());
+        bytes.extend_from_slice(b"\r\nContent-Disposition: form-data; name=\"");
+        bytes.extend_from_slice(name.as_bytes());
+        bytes.extend_from_slice(b"\"\r\n\r\n");
+        bytes.extend_from_slice(value.as_bytes());
+        bytes.extend_from_slice(b"\r\n");
+    }
+    bytes.extend_from_slice(b"--");
+    bytes.extend_from_slice(boundary.as_bytes());
+    bytes.extend_from_slice(b"--\r\n");
+    (boundary, bytes)
 }
 
 /// A request as a profile builds it: the path appended to the base URL, the headers (auth

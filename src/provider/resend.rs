@@ -18,11 +18,11 @@
 
 use std::time::SystemTime;
 
-use serde_json::json;
+use serde::Serialize;
 
 use super::answer;
 use super::idempotency_key;
-use super::profile::{Answer, Body, BuildError, Mail, Outgoing, Profile};
+use super::profile::{Answer, Body, BuildError, Data, Mail, Outgoing, Profile, Text};
 use crate::config::Secret;
 use crate::outcome::{Attempt, ErrorClass};
 
@@ -32,20 +32,52 @@ pub struct Resend {
     pub api_key: Secret,
 }
 
+/// `POST /emails` with a stored template, as the `resend` SDK sends it.
+#[derive(Serialize)]
+struct Request<'a> {
+    from: &'a str,
+    to: &'a str,
+    tags: [Tag<'a>; 2],
+    template: Template<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reply_to: Option<&'a str>,
+}
+
+/// One of our metadata, echoed as `data.tags` in every webhook.
+#[derive(Serialize)]
+struct Tag<'a> {
+    name: &'static str,
+    value: Text<&'a dyn std::fmt::Display>,
+}
+
+#[derive(Serialize)]
+struct Template<'a> {
+    id: &'a str,
+    variables: Data<'a>,
+}
+
 impl Profile for Resend {
     fn request(&self, mail: &Mail<'_>, _now: SystemTime) -> Result<Outgoing, BuildError> {
-        let mut body = json!({
-            "from": mail.from.unwrap_or_default(),
-            "to": mail.to,
-            "tags": [
-                {"name": "campaign_id", "value": mail.campaign_id},
-                {"name": "member_id", "value": mail.member()},
+        let member = mail.member_id;
+        let body = Request {
+            from: mail.from.unwrap_or_default(),
+            to: mail.to,
+            tags: [
+                Tag {
+                    name: "campaign_id",
+                    value: Text(&mail.campaign_id),
+                },
+                Tag {
+                    name: "member_id",
+                    value: Text(&member),
+                },
             ],
-            "template": {"id": mail.template, "variables": mail.data_object()},
-        });
-        if let Some(r) = mail.reply_to {
-            body["reply_to"] = json!(r);
-        }
+            template: Template {
+                id: mail.template,
+                variables: mail.data(),
+            },
+            reply_to: mail.reply_to,
+        };
         Ok(Outgoing::new("/emails", Body::json(&body))
             .header("Authorization", format!("Bearer {}", self.api_key.expose()))
             .header(

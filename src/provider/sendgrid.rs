@@ -17,10 +17,13 @@
 
 use std::time::SystemTime;
 
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
 
 use super::answer;
-use super::profile::{split_address, Answer, Body, BuildError, Mail, Outgoing, Profile};
+use super::profile::{
+    split_address, Answer, Body, BuildError, Data, Mail, Outgoing, Profile, Text,
+};
 use crate::config::Secret;
 use crate::outcome::Attempt;
 
@@ -30,28 +33,62 @@ pub struct SendGrid {
     pub api_key: Secret,
 }
 
-fn address(a: &str) -> Value {
-    match split_address(a) {
-        (Some(name), email) => json!({"email": email, "name": name}),
-        (None, email) => json!({"email": email}),
-    }
+/// `POST /v3/mail/send`, as `@sendgrid/mail` sends it for a dynamic template.
+#[derive(Serialize)]
+struct Request<'a> {
+    from: Address<'a>,
+    personalizations: [Personalization<'a>; 1],
+    categories: [String; 1],
+    custom_args: Tags<'a>,
+    template_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reply_to: Option<Address<'a>>,
+}
+
+#[derive(Serialize)]
+struct Personalization<'a> {
+    to: [Address<'a>; 1],
+    dynamic_template_data: Data<'a>,
+}
+
+/// Our metadata, echoed by the event webhook as top-level fields of each event.
+#[derive(Serialize)]
+struct Tags<'a> {
+    campaign_id: &'a str,
+    member_id: Text<i64>,
+}
+
+#[derive(Serialize)]
+struct Address<'a> {
+    email: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a str>,
+}
+
+fn address(a: &str) -> Address<'_> {
+    let (name, email) = split_address(a);
+    Address { email, name }
 }
 
 impl Profile for SendGrid {
     fn request(&self, mail: &Mail<'_>, _now: SystemTime) -> Result<Outgoing, BuildError> {
-        let mut body = json!({
-            "from": address(mail.from.unwrap_or_default()),
-            "personalizations": [{
-                "to": [{"email": mail.to}],
-                "dynamic_template_data": mail.data_object(),
+        let body = Request {
+            from: address(mail.from.unwrap_or_default()),
+            personalizations: [Personalization {
+                to: [Address {
+                    email: mail.to,
+                    name: None,
+                }],
+                dynamic_template_data: mail.data(),
             }],
-            "categories": [format!("campaign-{}", mail.campaign_id)],
-            "custom_args": {"campaign_id": mail.campaign_id, "member_id": mail.member()},
-            "template_id": mail.template,
-        });
-        if let Some(r) = mail.reply_to {
-            body["reply_to"] = address(r);
-        }
+            categories: [format!("campaign-{}", mail.campaign_id)],
+            custom_args: Tags {
+                campaign_id: mail.campaign_id,
+                member_id: mail.member(),
+            },
+            template_id: mail.template,
+            reply_to: mail.reply_to.map(address),
+        };
         Ok(Outgoing::new("/v3/mail/send", Body::json(&body))
             .header("Accept", "application/json")
             .header("Authorization", format!("Bearer {}", self.api_key.expose())))

@@ -24,13 +24,14 @@ use std::time::SystemTime;
 use aws_credential_types::Credentials;
 use aws_sigv4::http_request::{sign, SignableBody, SignableRequest, SigningSettings};
 use aws_sigv4::sign::v4;
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
 
 use std::sync::Arc;
 
 use super::answer;
 use super::aws::Source;
-use super::profile::{Answer, Body, BuildError, Mail, Outgoing, Profile};
+use super::profile::{Answer, Body, BuildError, Mail, Outgoing, Profile, Text};
 use crate::config::Secret;
 use crate::outcome::{Attempt, Refusal};
 
@@ -59,29 +60,80 @@ pub struct Ses {
     pub configuration_set: Option<String>,
 }
 
+/// `SendEmail`'s body, as `@aws-sdk/client-sesv2` sends it for a stored template.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Request<'a> {
+    content: Content<'a>,
+    from_email_address: &'a str,
+    destination: Destination<'a>,
+    email_tags: [Tag<'a>; 2],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    configuration_set_name: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reply_to_addresses: Option<[&'a str; 1]>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Content<'a> {
+    template: Template<'a>,
+}
+
+/// A template named by its name, or by its ARN; its data a JSON **string**.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Template<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    template_name: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    template_arn: Option<&'a str>,
+    template_data: String,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Destination<'a> {
+    to_addresses: [&'a str; 1],
+}
+
+/// One of our metadata, echoed as `mail.tags` in the configuration set's events.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Tag<'a> {
+    name: &'static str,
+    value: Text<&'a dyn std::fmt::Display>,
+}
+
 impl Ses {
-    fn body(&self, mail: &Mail<'_>) -> Value {
-        let template = if mail.template.starts_with("arn:") {
-            json!({"TemplateArn": mail.template, "TemplateData": mail.data_object().to_string()})
-        } else {
-            json!({"TemplateName": mail.template, "TemplateData": mail.data_object().to_string()})
-        };
-        let mut body = json!({
-            "Content": {"Template": template},
-            "FromEmailAddress": mail.from.unwrap_or_default(),
-            "Destination": {"ToAddresses": [mail.to]},
-            "EmailTags": [
-                {"Name": "campaign_id", "Value": mail.campaign_id},
-                {"Name": "member_id", "Value": mail.member()},
+    fn body(&self, mail: &Mail<'_>) -> Body {
+        let arn = mail.template.starts_with("arn:");
+        let member = mail.member_id;
+        Body::json(&Request {
+            content: Content {
+                template: Template {
+                    template_name: (!arn).then_some(mail.template),
+                    template_arn: arn.then_some(mail.template),
+                    template_data: mail.data_text(),
+                },
+            },
+            from_email_address: mail.from.unwrap_or_default(),
+            destination: Destination {
+                to_addresses: [mail.to],
+            },
+            email_tags: [
+                Tag {
+                    name: "campaign_id",
+                    value: Text(&mail.campaign_id),
+                },
+                Tag {
+                    name: "member_id",
+                    value: Text(&member),
+                },
             ],
-        });
-        if let Some(set) = &self.configuration_set {
-            body["ConfigurationSetName"] = json!(set);
-        }
-        if let Some(r) = mail.reply_to {
-            body["ReplyToAddresses"] = json!([r]);
-        }
-        body
+            configuration_set_name: self.configuration_set.as_deref(),
+            reply_to_addresses: mail.reply_to.map(|r| [r]),
+        })
     }
 
     /// The SigV4 headers (`authorization`, `x-amz-date`, `x-amz-security-token`) for a POST of
@@ -141,7 +193,7 @@ impl Profile for Ses {
     }
 
     fn request(&self, mail: &Mail<'_>, now: SystemTime) -> Result<Outgoing, BuildError> {
-        let Body::Json(bytes) = Body::json(&self.body(mail)) else {
+        let Body::Json(bytes) = self.body(mail) else {
             unreachable!("Body::json is JSON")
         };
         let headers = vec![

@@ -74,17 +74,25 @@ impl Captured {
 
     /// The multipart parts (name, value), in order.
     fn parts(&self) -> Vec<(String, String)> {
-        let ct = self.header("content-type").unwrap();
-        let boundary = ct.split("boundary=").nth(1).unwrap();
-        self.body
-            .split(&format!("--{boundary}"))
-            .filter_map(|part| {
-                let name = part.split("name=\"").nth(1)?.split('"').next()?;
-                let value = part.split("\r\n\r\n").nth(1)?.trim_end_matches("\r\n");
-                Some((name.to_string(), value.to_string()))
-            })
-            .collect()
+        parts(self.header("content-type").unwrap(), self.body.as_bytes())
     }
+}
+
+/// The parts (name, value) of a `multipart/form-data` body with text parts, in order.
+fn parts(content_type: &str, body: &[u8]) -> Vec<(String, String)> {
+    let boundary = content_type.split("boundary=").nth(1).unwrap();
+    let body = std::str::from_utf8(body).unwrap();
+    let end = body
+        .rfind(&format!("--{boundary}--"))
+        .expect("a closing delimiter");
+    body[..end]
+        .split(&format!("--{boundary}\r\n"))
+        .filter_map(|part| {
+            let name = part.split("name=\"").nth(1)?.split('"').next()?;
+            let (_, value) = part.split_once("\r\n\r\n")?;
+            Some((name.to_string(), value.strip_suffix("\r\n")?.to_string()))
+        })
+        .collect()
 }
 
 fn ours(p: &dyn Profile, template: &str) -> Outgoing {
@@ -173,13 +181,29 @@ fn mailgun_asks_as_its_sdk_does() {
         .header("content-type")
         .unwrap()
         .starts_with("multipart/form-data"));
-    let Body::Form(mut form) = out.body else {
-        panic!("Mailgun's SDK sends multipart/form-data")
-    };
+    let (content_type, bytes) = out.body.encode();
+    assert!(content_type.starts_with("multipart/form-data; boundary="));
+    let mut ours = parts(&content_type, &bytes);
     let mut theirs = sdk.parts();
-    form.sort();
+    ours.sort();
     theirs.sort();
-    assert_eq!(form, theirs);
+    assert_eq!(ours, theirs);
+}
+
+#[test]
+fn a_form_value_reaches_the_vendor_whole_whatever_it_holds() {
+    let hostile = "a\r\n--x\r\nContent-Disposition: form-data; name=\"to\"\r\n\r\nb \"c\" ü";
+    let fields = vec![("t:variables", hostile.to_string()), ("to", String::new())];
+    let (content_type, bytes) = Body::Form(fields.clone()).encode();
+    let boundary = content_type.split("boundary=").nth(1).unwrap();
+    assert!(!hostile.contains(boundary));
+    let expected: Vec<(String, String)> = fields
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.clone()))
+        .collect();
+    assert_eq!(parts(&content_type, &bytes), expected);
+    let (again, _) = Body::Form(fields).encode();
+    assert_ne!(again, content_type, "a new boundary per body");
 }
 
 #[test]
@@ -316,7 +340,7 @@ fn a_sender_with_a_name_and_a_reply_to_travel_in_each_vendors_fields() {
     let Body::Form(f) = mg.request(&m, now).unwrap().body else {
         panic!()
     };
-    assert!(f.contains(&("h:Reply-To".into(), "help@example.com".into())));
+    assert!(f.contains(&("h:Reply-To", "help@example.com".into())));
 }
 
 #[test]
