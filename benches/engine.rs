@@ -99,7 +99,8 @@ fn claim_finish(c: &mut Criterion) {
                                 campaign_sender::outcome::Resolution::Sent {
                                     status: 200,
                                     message_id: None,
-                                },
+                                }
+                                .written(),
                             )
                         })
                         .collect();

@@ -5,8 +5,9 @@
 //! The pipeline of one pod, in the order a row meets it:
 //! - [`worker`]: the work loop — `claim.rs` (claim a batch: lease + fencing token), `gate.rs`
 //!   (pacer token + opt-out re-check), `send.rs` (one provider call), `finish.rs` (fenced result
-//!   writes, the failure budget), `heartbeat.rs` (leases, the pause watch), `shutdown.rs` (the
-//!   one stop path), `recorder.rs` (report + metrics), `lifecycle.rs` (`run`, `serve`, `step`);
+//!   writes, the failure budget), `held.rs` (the rows held), `watches.rs` (lease heartbeat,
+//!   settings watch), `shutdown.rs` (the one stop path), `recorder.rs` (report + metrics),
+//!   `lifecycle.rs` (`run`, `serve`, `step`);
 //! - [`store`]: every SQL statement, one file per table, each with the invariant it keeps;
 //!   connecting, and the one retry rule for the database ([`store::outage`]);
 //! - [`rate`]: one provider limit for the whole fleet — the pure round (`plan.rs`, simulated

@@ -11,6 +11,7 @@
 
 use std::time::Duration;
 
+use crate::store::{RowState, Written};
 use crate::text_enum::text_enum;
 
 text_enum! {
@@ -250,6 +251,51 @@ impl Resolution {
             }
             | Resolution::Unconfirmed { class } => class.outcome_unknown(),
             _ => false,
+        }
+    }
+
+    /// The row as `finish` writes it ([`Store::finish`](crate::store::Store::finish)).
+    pub fn written(&self) -> Written {
+        let ms = |d: &Duration| Some(d.as_millis() as i64);
+        let row =
+            |state, attempted, delay_ms, status: Option<u16>, class: Option<ErrorClass>| Written {
+                state,
+                attempted,
+                unknown: self.outcome_unknown(),
+                delay_ms,
+                status: status.map(|s| s as i16),
+                error: class.map(ErrorClass::as_str),
+                message_id: None,
+            };
+        match self {
+            Resolution::Sent { status, message_id } => Written {
+                message_id: message_id.clone(),
+                ..row(RowState::Sent, true, None, Some(*status), None)
+            },
+            Resolution::Suppressed { status } => row(
+                RowState::Suppressed,
+                true,
+                None,
+                Some(*status),
+                Some(ErrorClass::Inactive),
+            ),
+            Resolution::Unconfirmed { class } => {
+                row(RowState::Unconfirmed, true, None, None, Some(*class))
+            }
+            Resolution::RetryAfter {
+                delay,
+                status,
+                class,
+            } => row(RowState::Pending, true, ms(delay), *status, Some(*class)),
+            Resolution::Failed { status, class } => {
+                row(RowState::Failed, true, None, *status, Some(*class))
+            }
+            Resolution::Released { class } => {
+                row(RowState::Pending, false, None, None, Some(*class))
+            }
+            Resolution::Deferred { delay, class } => {
+                row(RowState::Pending, false, ms(delay), None, Some(*class))
+            }
         }
     }
 

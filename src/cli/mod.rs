@@ -12,6 +12,8 @@
 //! - `servers.rs`: `events` and `web`, the two HTTP servers;
 //! - [`operator`]: dispatching the operator commands, `pause`, `retry-failed`, `configure`,
 //!   and the check that a named campaign exists;
+//! - [`problem`]: what a database error means for the person who must fix it (advice, exit
+//!   code, whether waiting can heal it), and how patient each command is;
 //! - `account.rs`: `resume` and `limit`; `suppress.rs`: `suppress` and `resolve`;
 //!   `archive.rs`: `archive`;
 //! - `import.rs`, `status.rs`: the terminal side of `import` and `status` (progress bars,
@@ -22,6 +24,7 @@ mod archive;
 pub mod args;
 mod import;
 pub mod operator;
+pub mod problem;
 mod servers;
 mod status;
 mod suppress;
@@ -36,10 +39,10 @@ pub use args::{Cli, Command};
 
 use crate::config::{ConfigError, DbConfig, FromEnv, RunConfig};
 use crate::exit;
-use crate::store::connect::{self, wait_for_schema, Patience, SchemaWait};
-use crate::store::problem::{self, Target, Who};
+use crate::store::connect::{self, wait_for_schema, SchemaWait};
 use crate::store::{Store, MIGRATOR};
 use crate::worker::Worker;
+use problem::{Patience, Target, Who};
 
 /// Prints a configuration problem (one line naming the variable, on stderr so that it reaches
 /// the pod log even without tracing); exit 78.
@@ -98,7 +101,7 @@ impl<'a> Db<'a> {
     /// A pool on a database migrated to this version, waiting up to `schema_wait` for the
     /// migrate Job; else the exit code, with what to do said once.
     async fn ready_pool(&self, patience: Patience, schema_wait: Duration) -> Result<PgPool, u8> {
-        let pool = connect::connect(self.cfg, patience)
+        let pool = connect::connect(self.cfg, |e| patience.waits_for(e))
             .await
             .map_err(|e| self.report(&e))?;
         match wait_for_schema(&pool, schema_wait).await {
@@ -114,7 +117,7 @@ impl<'a> Db<'a> {
 
 async fn migrate(cfg: &DbConfig) -> u8 {
     let db = Db::new(cfg, Who::Owner);
-    let pool = match connect::connect(cfg, Patience::Worker).await {
+    let pool = match connect::connect(cfg, |e| Patience::Worker.waits_for(e)).await {
         Ok(p) => p,
         Err(e) => return db.report(&e),
     };

@@ -12,6 +12,7 @@ use sqlx::postgres::PgConnectOptions;
 
 use crate::config::DbConfig;
 use crate::exit;
+use crate::store::connect;
 
 /// docs/roles.sql, the grants each role needs (compiled in, so a permission error can name the
 /// missing one).
@@ -41,6 +42,26 @@ impl Who {
             Who::Web => Some("campaign_sender_web"),
             Who::Owner => None,
         }
+    }
+}
+
+/// How patient a command is with a database that does not let it in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Patience {
+    /// A worker waits out everything for `DB_CONNECT_RETRY_S`: a server starting up (57P03) or
+    /// full (53300), a failover, a login refused while a password is being rotated (the role
+    /// changed before the Secret or after it), grants about to be applied.
+    Worker,
+    /// A person at a terminal is told at once what waiting cannot heal (a refused login, an
+    /// unknown role or database, a missing grant, a certificate); only a server that is not
+    /// there (yet) is waited for ([`DbProblem::heals_by_waiting`]).
+    Interactive,
+}
+
+impl Patience {
+    /// Whether connecting tries again after `e` ([`connect::connect`]'s `retry`).
+    pub fn waits_for(self, e: &sqlx::Error) -> bool {
+        self == Patience::Worker || DbProblem::of(e).heals_by_waiting()
     }
 }
 
@@ -200,9 +221,9 @@ pub fn grants_for(table: &str, role: &str) -> Vec<String> {
 /// place a database error ends a command.
 pub fn report(e: &sqlx::Error, target: &Target, who: Who) -> u8 {
     let problem = DbProblem::of(e);
-    let shown = super::connect::error_text(e);
+    let shown = connect::error_text(e);
     let advice = problem.advice(target, who);
-    match super::connect::sqlstate(e) {
+    match connect::sqlstate(e) {
         Some(code) => tracing::error!(error = %shown, sqlstate = %code, "{advice}"),
         None => tracing::error!(error = %shown, "{advice}"),
     }

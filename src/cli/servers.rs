@@ -9,11 +9,10 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
+use super::problem::{Patience, Who};
 use super::{config_failure, Db};
 use crate::config::{DbConfig, EventsConfig, FromEnv, WebConfig};
 use crate::exit;
-use crate::store::connect::Patience;
-use crate::store::problem::Who;
 
 /// The database as `who`, waiting for the schema like a worker, and a listener on `addr`
 /// (`var` names the setting a busy address is blamed on); else the exit code, said once.

@@ -1,6 +1,6 @@
 //! The pool and the migrations. Every subcommand connects through [`connect`] (bounded retries,
 //! [`super::outage`]) and, when the database is not usable, says so through
-//! [`super::problem`].
+//! `crate::cli::problem`, which also says how patient each command is.
 
 use std::time::Duration;
 
@@ -11,7 +11,6 @@ use tokio::time::Instant;
 use sqlx::Connection;
 
 use super::outage::{retrying_if, Outage};
-use super::problem::DbProblem;
 use crate::config::DbConfig;
 
 /// How long a statement waits for a pooled connection before its retry rule
@@ -23,35 +22,25 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_millis(2_500);
 /// The embedded migrations (`migrations/`).
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
-/// How patient a command is with a database that does not let it in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Patience {
-    /// A worker waits out everything for `DB_CONNECT_RETRY_S`: a server starting up (57P03) or
-    /// full (53300), a failover, a login refused while a password is being rotated (the role
-    /// changed before the Secret or after it), grants about to be applied.
-    Worker,
-    /// A person at a terminal is told at once what waiting cannot heal (a refused login, an
-    /// unknown role or database, a missing grant, a certificate); only a server that is not
-    /// there (yet) is waited for ([`DbProblem::heals_by_waiting`]).
-    Interactive,
-}
-
 /// Connects with bounded retries: an unreachable database at start (a pod scheduled before
 /// Cloud SQL's proxy is up, a failover) is waited for up to `DB_CONNECT_RETRY_S`, then the last
-/// error goes to the caller, which says what to check ([`super::problem::report`]).
+/// error goes to the caller, which says what to check (`crate::cli::problem::report`). `retry`
+/// says which errors are waited for: all of them for a worker, only those waiting can heal for a
+/// person at a terminal (the caller's patience).
 ///
 /// Each try opens one connection first, so the error is the server's or the socket's own
 /// ("connection refused", a refused login), not the pool's "timed out waiting for a
 /// connection"; the pool is built on it once it succeeds.
-pub async fn connect(cfg: &DbConfig, patience: Patience) -> Result<PgPool, sqlx::Error> {
+pub async fn connect(
+    cfg: &DbConfig,
+    retry: impl Fn(&sqlx::Error) -> bool,
+) -> Result<PgPool, sqlx::Error> {
     let opts: PgConnectOptions = cfg.database_url.expose().parse()?;
     let opts = opts
         .application_name("campaign-sender")
         .log_slow_statements(tracing::log::LevelFilter::Warn, Duration::from_secs(2));
     let limit = Duration::from_secs(cfg.db_connect_retry_s);
     let give_up = Instant::now() + limit;
-    let retry =
-        |e: &sqlx::Error| patience == Patience::Worker || DbProblem::of(e).heals_by_waiting();
     retrying_if(limit, "connecting to the database", retry, || async {
         // Each try is bounded by what is left of DB_CONNECT_RETRY_S (at least 500 ms, at most
         // 10 s), so the limit is the limit.

@@ -14,8 +14,7 @@
 //! - [`suppressions`]: the provider's suppression list (`suppress`), and `resolve` of
 //!   `unconfirmed` rows; [`row_state`]: the states a row can be in;
 //! - [`events`]: `provider_events` and `webhook_tokens`, what the vendors' events do;
-//! - [`connect`]: the pool and the migrations; [`problem`]: what a database error means for the
-//!   person who must fix it (advice, exit code, whether waiting can heal it);
+//! - [`connect`]: the pool and the migrations;
 //! - [`outage`]: the one retry rule for a database that does not answer.
 //!
 //! Transactions, locks and timeouts: every statement of the work loop is a single
@@ -36,15 +35,15 @@ pub mod failed;
 pub mod history;
 pub mod import;
 pub mod outage;
-pub mod problem;
 pub mod rate;
 pub mod roles;
 pub mod row_state;
 pub mod suppressions;
 pub mod targets;
 
-pub use connect::{connect, schema_ready, Patience, MIGRATOR};
+pub use connect::{connect, schema_ready, MIGRATOR};
 pub use failed::{Reason, RetryFilter};
 pub use targets::{
     Batch, CampaignCounts, ClaimedRow, Finished, Progress, Recheck, Remaining, RowState, Store,
+    Written,
 };

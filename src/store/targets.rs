@@ -34,7 +34,6 @@ pub(super) const ONE_CAMPAIGN_ONLY: &str = "SET LOCAL enable_seqscan = off";
 use uuid::Uuid;
 
 pub use super::row_state::RowState;
-use crate::outcome::Resolution;
 use crate::text_enum::{text_enum, text_enum_sql};
 
 /// One claimed row, as the worker needs it. The email is personal data: it goes into the
@@ -156,90 +155,23 @@ pub struct Progress {
     pub last_sent_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
-/// One row's result as [`Store::finish`] binds it.
-struct Written {
-    state: RowState,
+/// One row's result as [`Store::finish`] writes it: plain values, built by the worker from its
+/// decision ([`crate::outcome::Resolution::written`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Written {
+    pub state: RowState,
     /// An HTTP attempt was made (else the claim's attempt is given back).
-    attempted: bool,
-    /// Its outcome is unknown: it may have been delivered ([`Resolution::outcome_unknown`]).
-    unknown: bool,
-    delay_ms: Option<i64>,
-    status: Option<i16>,
-    error: Option<&'static str>,
+    pub attempted: bool,
+    /// Its outcome is unknown: it may have been delivered (starts the idempotency window).
+    pub unknown: bool,
+    /// Not claimable again before this many milliseconds (`not_before`).
+    pub delay_ms: Option<i64>,
+    /// The provider's HTTP status.
+    pub status: Option<i16>,
+    /// The error class (`last_error`).
+    pub error: Option<&'static str>,
     /// The vendor's id of the accepted message.
-    message_id: Option<String>,
-}
-
-impl Written {
-    fn of(res: &Resolution) -> Self {
-        let ms = |d: &Duration| Some(d.as_millis() as i64);
-        let written = match res {
-            Resolution::Sent { status, message_id } => Self {
-                message_id: message_id.clone(),
-                ..Self::new(RowState::Sent, true, None, Some(*status), None)
-            },
-            Resolution::Suppressed { status } => Self::new(
-                RowState::Suppressed,
-                true,
-                None,
-                Some(*status),
-                Some(crate::outcome::ErrorClass::Inactive.as_str()),
-            ),
-            Resolution::Unconfirmed { class } => Self::new(
-                RowState::Unconfirmed,
-                true,
-                None,
-                None,
-                Some(class.as_str()),
-            ),
-            Resolution::RetryAfter {
-                delay,
-                status,
-                class,
-            } => Self::new(
-                RowState::Pending,
-                true,
-                ms(delay),
-                *status,
-                Some(class.as_str()),
-            ),
-            Resolution::Failed { status, class } => {
-                Self::new(RowState::Failed, true, None, *status, Some(class.as_str()))
-            }
-            Resolution::Released { class } => {
-                Self::new(RowState::Pending, false, None, None, Some(class.as_str()))
-            }
-            Resolution::Deferred { delay, class } => Self::new(
-                RowState::Pending,
-                false,
-                ms(delay),
-                None,
-                Some(class.as_str()),
-            ),
-        };
-        Self {
-            unknown: res.outcome_unknown(),
-            ..written
-        }
-    }
-
-    fn new(
-        state: RowState,
-        attempted: bool,
-        delay_ms: Option<i64>,
-        status: Option<u16>,
-        error: Option<&'static str>,
-    ) -> Self {
-        Self {
-            state,
-            attempted,
-            unknown: false,
-            delay_ms,
-            status: status.map(|s| s as i16),
-            error,
-            message_id: None,
-        }
-    }
+    pub message_id: Option<String>,
 }
 
 /// Rows (member id, claim) as the arrays a statement binds, in member order: every statement
@@ -493,7 +425,7 @@ impl Store {
     pub async fn finish(
         &self,
         claim_id: Uuid,
-        results: &[(i64, Resolution)],
+        results: &[(i64, Written)],
     ) -> Result<Finished, sqlx::Error> {
         if results.is_empty() {
             return Ok(Finished::default());
@@ -507,10 +439,9 @@ impl Store {
         let mut statuses = Vec::with_capacity(n);
         let mut errors = Vec::with_capacity(n);
         let mut message_ids = Vec::with_capacity(n);
-        let mut ordered: Vec<&(i64, Resolution)> = results.iter().collect();
+        let mut ordered: Vec<&(i64, Written)> = results.iter().collect();
         ordered.sort_unstable_by_key(|(member_id, _)| *member_id);
-        for (member_id, res) in ordered {
-            let w = Written::of(res);
+        for (member_id, w) in ordered {
             ids.push(*member_id);
             states.push(w.state);
             attempted.push(w.attempted);
@@ -518,7 +449,7 @@ impl Store {
             delays.push(w.delay_ms);
             statuses.push(w.status);
             errors.push(w.error);
-            message_ids.push(w.message_id);
+            message_ids.push(w.message_id.as_deref());
         }
         // language=PostgreSQL
         const FINISH: &str = r#"

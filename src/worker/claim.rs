@@ -59,20 +59,17 @@ impl Pipeline<'_> {
     /// Waits until fewer than `low_water` rows are held — written rows make room, and so does
     /// a larger share — ; false if the pass stopped meanwhile.
     async fn wait_for_room(&self) -> bool {
-        loop {
-            let mut share = self.w.pacer.changes();
-            if self.holding.load(Ordering::SeqCst) < self.low_water() {
-                break;
+        let pacer = &self.w.pacer;
+        let larger_share = || {
+            let mut share = pacer.changes();
+            async move {
+                let _ = share.changed().await;
             }
-            self.room_wanted.store(true, Ordering::SeqCst);
-            tokio::select! {
-                _ = self.room.notified() => {}
-                _ = share.changed() => {}
-                _ = self.stop.stopped() => return false,
-            }
+        };
+        tokio::select! {
+            () = self.held.wait_for_room(|| self.low_water(), larger_share) => !self.stop.is_stopped(),
+            _ = self.stop.stopped() => false,
         }
-        self.room_wanted.store(false, Ordering::SeqCst);
-        !self.stop.is_stopped()
     }
 
     /// One claim — of [`Pipeline::low_water`] rows; a step's of `BATCH_SIZE` — riding out a
@@ -104,7 +101,7 @@ impl Pipeline<'_> {
     async fn when_empty(&self) -> WhenEmpty {
         let w = self.w;
         // Hold no share of the fleet's limit unless rows are held.
-        w.signals.set_busy(self.holding.load(Ordering::SeqCst) > 0);
+        w.signals.set_busy(self.held.count() > 0);
         let counting = w.retrying("counting what is left", || w.store.remaining());
         let rem = tokio::select! {
             counted = counting => match counted {
@@ -144,7 +141,8 @@ impl Pipeline<'_> {
         debug!(claim_id = %batch.claim_id, rows = n, "claimed");
         self.claimed.fetch_add(n, Ordering::SeqCst);
         self.w.recorder.claimed(n, batch.reclaimed);
-        self.hold(batch.claim_id, batch.rows.iter().map(|r| r.member_id));
+        self.held
+            .hold(batch.claim_id, batch.rows.iter().map(|r| r.member_id));
         for row in batch.rows {
             // The gate outlives the claimer, so the channel is open.
             let _ = tx.send((batch.claim_id, row));

@@ -4,7 +4,6 @@
 //! campaign's failures against its budget.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -72,7 +71,11 @@ impl Pipeline<'_> {
                 _ = async { tokio::time::sleep_until(flush_at.expect("guarded")).await }, if flush_at.is_some() => false,
             };
             let due = flush_at.is_some_and(|t| Instant::now() >= t);
-            if closed || due || self.makes_room(unwritten.rows) || unwritten.rows >= max_rows {
+            if closed
+                || due
+                || self.held.makes_room(unwritten.rows, self.low_water())
+                || unwritten.rows >= max_rows
+            {
                 self.flush(unwritten.take()).await;
                 self.check_failures(&mut watch).await;
             }
@@ -103,20 +106,9 @@ impl Pipeline<'_> {
                     Recheck::Unconfirmed => self.w.recorder.diverted(0, 1),
                     Recheck::TakenOver | Recheck::OptedOut => self.w.recorder.taken_over(1),
                 }
-                self.forget(claim_id, &[member_id]);
+                self.held.forget(claim_id, &[member_id]);
             }
         }
-    }
-
-    /// Written, the `unwritten` rows would let a waiting claimer claim: write them now. (With none
-    /// unwritten this holds only if the claimer already has room; writing nothing is a no-op.)
-    fn makes_room(&self, unwritten: usize) -> bool {
-        self.room_wanted.load(Ordering::SeqCst)
-            && self
-                .holding
-                .load(Ordering::SeqCst)
-                .saturating_sub(unwritten)
-                < self.low_water()
     }
 
     /// One fenced write per claim. Written or not, the rows are no longer held: if the write was
@@ -125,15 +117,14 @@ impl Pipeline<'_> {
         let (w, limit) = (self.w, self.w.outage_limit);
         let bound = self.shutdown_bound();
         for (claim_id, results) in groups {
-            let write = retrying(limit, "writing results", || {
-                w.store.finish(claim_id, &results)
-            });
+            let rows: Vec<_> = results.iter().map(|(m, r)| (*m, r.written())).collect();
+            let write = retrying(limit, "writing results", || w.store.finish(claim_id, &rows));
             let written = self
                 .stop
                 .within_shutdown(bound, write, || sqlx::Error::PoolTimedOut)
                 .await;
             let ids: Vec<i64> = results.iter().map(|(m, _)| *m).collect();
-            self.forget(claim_id, &ids);
+            self.held.forget(claim_id, &ids);
             match written {
                 Ok(f) => w.recorder.finished(results.len(), f),
                 Err(e) => {

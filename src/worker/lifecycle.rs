@@ -262,7 +262,7 @@ impl Worker {
             return Some(StopReason::AccountRefused);
         }
         if v.quota_full {
-            warn!(worker = %self.name, "{}; nothing sent until it frees", super::heartbeat::quota_words(&v));
+            warn!(worker = %self.name, "{}; nothing sent until it frees", super::watches::quota_words(&v));
             return Some(StopReason::QuotaExhausted);
         }
         None

@@ -6,8 +6,8 @@
 //!     │  than `low_water` rows are held   │ fresh opt-out/ownership re-check       │ FLUSH_MAX_ROWS or
 //!     │                                   │                                        │ FLUSH_INTERVAL_MS, or
 //!     └──────────── room: rows written ◀──────────────────────────────────────────┤ at once for a waiting claim
-//!  heartbeat.rs: every LEASE_S/3 extends the lease of every row still held (fenced) ◀┘ (rows leave `held`);
-//!                every PAUSE_POLL_MS looks at the campaign's kill switch
+//!  watches.rs: every LEASE_S/3 extends the lease of every row still held (fenced)   ◀┘ (rows leave `held.rs`);
+//!              every PAUSE_POLL_MS looks at the campaign's kill switch
 //!  shutdown.rs: the one stop path (SIGTERM, deadline, pause, failure budget, a fatal error)
 //! ```
 //!
@@ -23,7 +23,7 @@
 //!   spending an attempt, and the pod pauses, then probes one request at a time.
 //! - **Results written as they come** ([`finish`]), in small fenced groups, so a crash re-sends at
 //!   most what was in flight plus one flush interval.
-//! - **Heartbeat** ([`heartbeat`]): rows held by a live worker never expire, so `LEASE_S` can be
+//! - **Heartbeat** ([`watches`]): rows held by a live worker never expire, so `LEASE_S` can be
 //!   short and a killed worker's rows come back quickly.
 //! - **Stopping** ([`shutdown`]): nothing new is claimed or started; in-flight requests finish
 //!   (bounded by the request timeout); their results are written, and every claimed-but-unsent
@@ -38,13 +38,14 @@
 mod claim;
 mod finish;
 mod gate;
-mod heartbeat;
+mod held;
 mod idle;
 mod lifecycle;
 mod pipeline;
 mod recorder;
 mod send;
 mod shutdown;
+mod watches;
 
 pub use shutdown::WRITES_AFTER_REQUESTS;
 
@@ -83,6 +84,19 @@ pub enum RunError {
     Database(Duration, #[source] sqlx::Error),
 }
 
+/// Where a worker is in the fleet's rate limit ([`crate::rate::Coordinator`]).
+enum Coordination {
+    /// Not joined yet: the first run or step starts it.
+    Ready(Coordinator),
+    /// Joined: the coordinator's rounds run until `stop`.
+    Running {
+        stop: CancellationToken,
+        task: tokio::task::JoinHandle<()>,
+    },
+    /// Left (a stopped worker does not join again).
+    Left,
+}
+
 /// One process's worker: its provider client, its share of the fleet's limit, its counters.
 pub struct Worker {
     cfg: Arc<RunConfig>,
@@ -91,10 +105,8 @@ pub struct Worker {
     /// This process's share of the fleet-wide limit, kept current by the coordinator.
     pacer: Pacer,
     signals: Signals,
-    /// Not started yet (taken by the first run or step).
-    coordinator: Mutex<Option<Coordinator>>,
-    /// The running coordinator: its stop token and task.
-    coordinating: Mutex<Option<(CancellationToken, tokio::task::JoinHandle<()>)>>,
+    /// This pod's part in the fleet's limit.
+    coordination: Mutex<Coordination>,
     policy: RetryPolicy,
     name: String,
     /// `DB_CONNECT_RETRY_S`: how long a database outage is ridden out.
@@ -133,8 +145,7 @@ impl Worker {
             provider,
             pacer,
             signals,
-            coordinator: Mutex::new(Some(coordinator)),
-            coordinating: Mutex::new(None),
+            coordination: Mutex::new(Coordination::Ready(coordinator)),
             outage_limit,
             recorder: Arc::new(Recorder::default()),
         })
@@ -148,17 +159,28 @@ impl Worker {
     /// Joins the fleet's rate limit (once): nothing is sent before the first round grants a
     /// share.
     fn start_coordinator(&self) {
-        if let Some(c) = self.coordinator.lock().expect("lock").take() {
-            let stop = CancellationToken::new();
-            let task = tokio::spawn(c.run(stop.clone()));
-            *self.coordinating.lock().expect("lock") = Some((stop, task));
-        }
+        let mut c = self.coordination.lock().expect("lock");
+        *c = match std::mem::replace(&mut *c, Coordination::Left) {
+            Coordination::Ready(coordinator) => {
+                let stop = CancellationToken::new();
+                let task = tokio::spawn(coordinator.run(stop.clone()));
+                Coordination::Running { stop, task }
+            }
+            joined_or_left => joined_or_left,
+        };
     }
 
     /// Leaves the fleet's rate limit: stops sending and frees the share (one second later).
     async fn stop_coordinator(&self) {
-        let running = self.coordinating.lock().expect("lock").take();
-        if let Some((stop, task)) = running {
+        let running = {
+            let mut c = self.coordination.lock().expect("lock");
+            match &*c {
+                Coordination::Running { .. } => std::mem::replace(&mut *c, Coordination::Left),
+                // Never started: it stays ready for a later pass.
+                Coordination::Ready(_) | Coordination::Left => return,
+            }
+        };
+        if let Coordination::Running { stop, task } = running {
             stop.cancel();
             let _ = task.await;
         }
@@ -180,7 +202,7 @@ impl Worker {
 impl Drop for Worker {
     fn drop(&mut self) {
         // A worker dropped without finishing a run (tests driving `step`) still leaves the fleet.
-        if let Some((stop, _)) = self.coordinating.lock().expect("lock").as_ref() {
+        if let Coordination::Running { stop, .. } = &*self.coordination.lock().expect("lock") {
             stop.cancel();
         }
     }

@@ -1,15 +1,15 @@
 //! One pass of the pipeline (a whole `run`, a `serve` pass, or a single `step`): the state the
 //! stages share, and [`Pipeline::drive`], which runs them all to completion.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
 
-use tokio::sync::{mpsc, Notify, Semaphore};
+use tokio::sync::{mpsc, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::held::Held;
 use super::shutdown::Stop;
 use super::Worker;
 use crate::config::RunConfig;
@@ -57,18 +57,8 @@ pub(super) struct Pipeline<'a> {
     pub(super) one_batch: bool,
     /// `failed` rows the campaign may have before the pass stops (`i64::MAX` for a step).
     pub(super) failure_budget: i64,
-    /// Rows claimed and not yet written, by claim: what the heartbeat extends.
-    pub(super) held: Mutex<HashMap<Uuid, HashSet<i64>>>,
-    /// How many rows `held` has: claimed and not yet written (or given up as taken over). The
-    /// claimer claims only while this is below `low_water`, so it is also the bound on what a
-    /// crash can leave `sending`: unsent, in flight and answered-but-unwritten rows all count
-    /// until written.
-    pub(super) holding: AtomicUsize,
-    /// Signalled when rows are forgotten (written): the claimer looks at `holding` again.
-    pub(super) room: Notify,
-    /// The claimer is waiting for room: the flusher writes early once that would make enough
-    /// (otherwise answered rows waiting for FLUSH_INTERVAL_MS would stall the next claim).
-    pub(super) room_wanted: AtomicBool,
+    /// Rows claimed and not yet written: what the heartbeat extends and the claimer counts.
+    pub(super) held: Held,
     /// Rows claimed in this pass.
     pub(super) claimed: AtomicUsize,
     /// `SEND_CONCURRENCY` send slots: a request holds one until its result is handed on.
@@ -95,10 +85,7 @@ impl<'a> Pipeline<'a> {
             requests_end: None,
             one_batch,
             failure_budget,
-            held: Mutex::new(HashMap::new()),
-            holding: AtomicUsize::new(0),
-            room: Notify::new(),
-            room_wanted: AtomicBool::new(false),
+            held: Held::default(),
             claimed: AtomicUsize::new(0),
             slots: Arc::new(Semaphore::new(w.cfg.send_concurrency as usize)),
         }
@@ -140,44 +127,5 @@ impl<'a> Pipeline<'a> {
             self.pause_watch(flushed.clone()),
         );
         empty
-    }
-
-    /// Rows newly claimed under `claim_id`: held (extended by the heartbeat, counted against the
-    /// claimer's room) until written.
-    pub(super) fn hold(&self, claim_id: Uuid, members: impl IntoIterator<Item = i64>) {
-        let members: HashSet<i64> = members.into_iter().collect();
-        let n = members.len();
-        self.held.lock().expect("lock").insert(claim_id, members);
-        self.holding.fetch_add(n, Ordering::SeqCst);
-    }
-
-    /// Rows written (or given up): no longer extended, no longer counted against the claimer's
-    /// room. The only place `holding` goes down.
-    pub(super) fn forget(&self, claim_id: Uuid, members: &[i64]) {
-        let mut gone = 0;
-        {
-            let mut held = self.held.lock().expect("lock");
-            if let Some(set) = held.get_mut(&claim_id) {
-                for m in members {
-                    gone += set.remove(m) as usize;
-                }
-                if set.is_empty() {
-                    held.remove(&claim_id);
-                }
-            }
-        }
-        // (Nothing forgotten: subtracting 0 and one spurious look by the claimer are harmless.)
-        self.holding.fetch_sub(gone, Ordering::SeqCst);
-        self.room.notify_one();
-    }
-
-    /// Every row still held, with the claim it is held by (what the heartbeat extends).
-    pub(super) fn held_rows(&self) -> Vec<(i64, Uuid)> {
-        self.held
-            .lock()
-            .expect("lock")
-            .iter()
-            .flat_map(|(c, set)| set.iter().map(move |m| (*m, *c)))
-            .collect()
     }
 }

@@ -46,7 +46,7 @@ impl Pipeline<'_> {
     /// One beat: the backlog gauges, then the held rows' leases.
     async fn beat(&self, beat: std::time::Duration) {
         self.sample_backlog().await;
-        let rows = self.held_rows();
+        let rows = self.held.rows();
         if rows.is_empty() {
             return;
         }

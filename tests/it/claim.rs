@@ -75,18 +75,20 @@ async fn an_opted_out_member_is_never_claimed_sent_or_counted_as_remaining(pool:
     assert!(!ids.contains(&3) && !ids.contains(&7));
     s.finish(
         batch.claim_id,
-        &batch
-            .rows
-            .iter()
-            .map(|r| {
-                (
-                    r.member_id,
-                    Resolution::Released {
-                        class: campaign_sender::outcome::ErrorClass::Released,
-                    },
-                )
-            })
-            .collect::<Vec<_>>(),
+        &written(
+            &batch
+                .rows
+                .iter()
+                .map(|r| {
+                    (
+                        r.member_id,
+                        Resolution::Released {
+                            class: campaign_sender::outcome::ErrorClass::Released,
+                        },
+                    )
+                })
+                .collect::<Vec<_>>(),
+        ),
     )
     .await
     .unwrap();
@@ -146,7 +148,10 @@ async fn a_stale_worker_cannot_overwrite_a_row_after_it_was_reclaimed(pool: PgPo
         })
         .collect();
     assert_eq!(
-        s.finish(slow.claim_id, &late).await.unwrap().written,
+        s.finish(slow.claim_id, &written(&late))
+            .await
+            .unwrap()
+            .written,
         0,
         "stale results were written"
     );
@@ -165,10 +170,22 @@ async fn a_stale_worker_cannot_overwrite_a_row_after_it_was_reclaimed(pool: PgPo
             )
         })
         .collect();
-    assert_eq!(s.finish(fresh.claim_id, &ok).await.unwrap().written, 10);
+    assert_eq!(
+        s.finish(fresh.claim_id, &written(&ok))
+            .await
+            .unwrap()
+            .written,
+        10
+    );
     assert_eq!(states(&pool).await.get("sent"), Some(&10));
     // And once settled, the stale worker still cannot touch them.
-    assert_eq!(s.finish(slow.claim_id, &late).await.unwrap().written, 0);
+    assert_eq!(
+        s.finish(slow.claim_id, &written(&late))
+            .await
+            .unwrap()
+            .written,
+        0
+    );
 }
 
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
@@ -196,7 +213,13 @@ async fn opt_outs_on_sent_failed_waiting_and_in_flight_rows_are_each_counted_onc
             },
         ),
     ];
-    assert_eq!(s.finish(b.claim_id, &settled).await.unwrap().written, 2);
+    assert_eq!(
+        s.finish(b.claim_id, &written(&settled))
+            .await
+            .unwrap()
+            .written,
+        2
+    );
     // Another system opts out 1..=5: a sent, a failed, two in-flight and a waiting row.
     sqlx::query("UPDATE campaign_targets SET opted_out_at = now() WHERE member_id <= 5")
         .execute(&pool)
@@ -219,7 +242,13 @@ async fn opt_outs_on_sent_failed_waiting_and_in_flight_rows_are_each_counted_onc
             },
         ),
     ];
-    assert_eq!(s.finish(b.claim_id, &in_flight).await.unwrap().written, 2);
+    assert_eq!(
+        s.finish(b.claim_id, &written(&in_flight))
+            .await
+            .unwrap()
+            .written,
+        2
+    );
 
     let c = s.counts().await.unwrap();
     // sent: 1 and 3 (an outcome stands); failed: 2; opted out: 4 and 5, never mailed; work

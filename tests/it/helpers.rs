@@ -527,3 +527,10 @@ pub async fn block_mid_run(
 pub fn blocked_mid_run(member: i64) -> bool {
     member > 30 || (11..=15).contains(&member)
 }
+
+/// Results as `Store::finish` writes them.
+pub fn written(
+    results: &[(i64, campaign_sender::outcome::Resolution)],
+) -> Vec<(i64, campaign_sender::store::Written)> {
+    results.iter().map(|(m, r)| (*m, r.written())).collect()
+}

@@ -86,7 +86,13 @@ async fn only_an_attempt_without_an_answer_starts_the_window(pool: PgPool) {
         (3, retry(None, ErrorClass::Transport)),
         (4, retry(Some(429), ErrorClass::Throttled)),
     ];
-    assert_eq!(s.finish(b.claim_id, &results).await.unwrap().written, 4);
+    assert_eq!(
+        s.finish(b.claim_id, &written(&results))
+            .await
+            .unwrap()
+            .written,
+        4
+    );
     assert_eq!(
         unknown(&pool).await,
         [(1, true), (2, false), (3, true), (4, false)]

@@ -368,7 +368,7 @@ async fn one_batch(store: &Store, lat: &mut Vec<(f64, f64)>) -> anyhow::Result<u
         .map(|r| (r.member_id, batch.claim_id))
         .collect();
     store.recheck(&held, Duration::from_secs(86_000)).await?;
-    let results: Vec<(i64, Resolution)> = batch
+    let results: Vec<_> = batch
         .rows
         .iter()
         .map(|r| {
@@ -377,7 +377,8 @@ async fn one_batch(store: &Store, lat: &mut Vec<(f64, f64)>) -> anyhow::Result<u
                 Resolution::Sent {
                     status: 202,
                     message_id: None,
-                },
+                }
+                .written(),
             )
         })
         .collect();

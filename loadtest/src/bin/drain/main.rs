@@ -219,7 +219,8 @@ async fn db_ceiling(db_url: &str, loops: u32, rows: i64, batch: u32) -> anyhow::
                                 Resolution::Sent {
                                     status: 200,
                                     message_id: None,
-                                },
+                                }
+                                .written(),
                             )
                         })
                         .collect();
