@@ -10,13 +10,75 @@ use serde::Serialize;
 use crate::report::StopReason;
 use crate::store::CampaignCounts;
 
-/// The run did all it may: the campaign is done, or its time ran out — `DEADLINE_S` (counted
-/// from the Job's start), the send window, or the daily quota — with the rest left for the next
-/// run. Neither a failure nor worth a retry now: a Job's pod exits 0 and is not restarted into
-/// more sending. Also `serve` told to stop (a pod being scaled in is not a failure).
-pub const DONE: u8 = 0;
-/// Interrupted before done (SIGTERM) with time left: a retry continues where this one stopped.
-pub const INCOMPLETE: u8 = 1;
+/// How a command ends, one name per code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Exit {
+    /// The command did all it may. For `run`: the campaign is done, or its time ran out —
+    /// `DEADLINE_S` (counted from the Job's start), the send window, or the daily quota — with
+    /// the rest left for the next run. Neither a failure nor worth a retry now: a Job's pod
+    /// exits 0 and is not restarted into more sending. Also `serve` told to stop (a pod being
+    /// scaled in is not a failure).
+    Done = 0,
+    /// Not done. `run` interrupted (SIGTERM) with time left: a retried pod continues where this
+    /// one stopped; an operator command, `run` or `serve` that named a campaign that does not
+    /// exist (nothing was changed or sent; the line says "did you mean"); `archive` of a
+    /// campaign that still has work (nothing was archived); `migrate` that failed.
+    Incomplete = 1,
+    /// Permanent failures above `MAX_PERMANENT_FAILURE_RATIO` of the campaign: a person must
+    /// look.
+    TooManyFailures = 2,
+    /// The campaign is paused (`campaign-sender pause`): nothing was sent, or the run stopped
+    /// when the pause was seen. `campaign-sender resume` and a rerun continue. A Job fails on
+    /// it (podFailurePolicy) instead of retrying a pod that would stop again at once.
+    Paused = 3,
+    /// The provider refused the account (401/403: the API key) or the endpoint (404/405:
+    /// `MAIL_URL`), and every pod of the limit key stopped; no row failed. Fix the key or the
+    /// URL, then `campaign-sender resume` and rerun. A Job fails on it (podFailurePolicy)
+    /// rather than retrying pods into more refusals.
+    AccountRefused = 4,
+    /// `import`, `suppress`: the input has invalid or repeated lines, or no records, and
+    /// nothing was imported.
+    DataError = 65,
+    /// `import`, `suppress`: the input file cannot be opened.
+    NoInput = 66,
+    /// The database stayed unreachable (at start or mid-run) longer than `DB_CONNECT_RETRY_S`,
+    /// or refused the login; an operator command is told at once what waiting cannot heal.
+    DatabaseUnavailable = 75,
+    /// The role in `DATABASE_URL` lacks a grant docs/roles.sql gives it (sysexits' NOPERM);
+    /// the line names the table and the grant.
+    NoPermission = 77,
+    /// Bad configuration; one line on stderr names the variable.
+    Config = 78,
+}
+
+impl Exit {
+    /// Every code, for the manifests' check that each is handled.
+    pub const ALL: [Exit; 10] = [
+        Exit::Done,
+        Exit::Incomplete,
+        Exit::TooManyFailures,
+        Exit::Paused,
+        Exit::AccountRefused,
+        Exit::DataError,
+        Exit::NoInput,
+        Exit::DatabaseUnavailable,
+        Exit::NoPermission,
+        Exit::Config,
+    ];
+
+    /// The process's exit status.
+    pub const fn code(self) -> u8 {
+        self as u8
+    }
+}
+
+/// As its number (the run report's `exit_code`).
+impl Serialize for Exit {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u8(self.code())
+    }
+}
 
 /// The signal that asked this process to stop (0: none yet), noted by `main`.
 static SIGNALLED: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
@@ -27,42 +89,14 @@ pub fn note_signal(signal: u8) {
 }
 
 /// A command that gives up its work when asked to stop (`import`): 128 + the signal, as a
-/// shell reports it — 130 for SIGINT (Ctrl-C), 143 for SIGTERM; 130 when none was noted.
+/// shell reports it — 130 for SIGINT (Ctrl-C), 143 for SIGTERM; 130 when none was noted. (Not
+/// an [`Exit`]: the code is the signal's.)
 pub fn interrupted() -> u8 {
     128 + match SIGNALLED.load(std::sync::atomic::Ordering::SeqCst) {
         0 => 2,
         s => s,
     }
 }
-/// Permanent failures above `MAX_PERMANENT_FAILURE_RATIO` of the campaign: a person must look.
-pub const TOO_MANY_FAILURES: u8 = 2;
-/// The campaign is paused (`campaign-sender pause`): nothing was sent, or the run stopped when
-/// the pause was seen. `campaign-sender resume` and a rerun continue. A Job fails on it
-/// (podFailurePolicy) instead of retrying a pod that would stop again at once.
-pub const PAUSED: u8 = 3;
-/// The provider refused the account (401/403: the API key) or the endpoint (404/405:
-/// `MAIL_URL`), and every pod of the limit key stopped; no row failed. Fix the key or the URL,
-/// then `campaign-sender resume` and rerun. A Job fails on it (podFailurePolicy) rather than
-/// retrying pods into more refusals.
-pub const ACCOUNT_REFUSED: u8 = 4;
-/// An operator command, `run` or `serve` named a campaign that does not exist (no targets, no
-/// settings row, no archive); nothing was changed or sent. (The same number as
-/// [`INCOMPLETE`]: `run` says which in its log line, before it claims anything.)
-pub const UNKNOWN_CAMPAIGN: u8 = 1;
-/// `archive`: the campaign still has work (`pending` or `sending` rows); nothing was archived.
-pub const NOT_FINISHED: u8 = 1;
-/// `import`: the input has invalid or repeated lines, or no records, and nothing was imported.
-pub const DATA_ERROR: u8 = 65;
-/// `import`: the input file cannot be opened.
-pub const NO_INPUT: u8 = 66;
-/// The database stayed unreachable (at start or mid-run) longer than `DB_CONNECT_RETRY_S`, or
-/// refused the login; an operator command is told at once what waiting cannot heal.
-pub const DATABASE_UNAVAILABLE: u8 = 75;
-/// The role in `DATABASE_URL` lacks a grant docs/roles.sql gives it (sysexits' NOPERM); the
-/// line names the table and the grant.
-pub const NO_PERMISSION: u8 = 77;
-/// Bad configuration; one line on stderr names the variable.
-pub const CONFIG: u8 = 78;
 
 /// How the worker was started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -82,21 +116,26 @@ pub enum Mode {
 /// paused (3), the provider refused the account (4), interrupted with time left (1), or it did
 /// all it may (0: done, or its time or quota ran out — the report's `reason` and counts say
 /// which).
-pub fn code(reason: StopReason, mode: Mode, campaign: &CampaignCounts, failure_budget: i64) -> u8 {
+pub fn code(
+    reason: StopReason,
+    mode: Mode,
+    campaign: &CampaignCounts,
+    failure_budget: i64,
+) -> Exit {
     if reason == StopReason::TooManyFailures {
-        return TOO_MANY_FAILURES;
+        return Exit::TooManyFailures;
     }
     match mode {
-        Mode::Serve => DONE,
-        Mode::Run if campaign.failed > failure_budget => TOO_MANY_FAILURES,
+        Mode::Serve => Exit::Done,
+        Mode::Run if campaign.failed > failure_budget => Exit::TooManyFailures,
         Mode::Run => match reason {
             StopReason::Done
             | StopReason::Deadline
             | StopReason::WindowClosed
-            | StopReason::QuotaExhausted => DONE,
-            StopReason::Paused => PAUSED,
-            StopReason::AccountRefused => ACCOUNT_REFUSED,
-            StopReason::Signal | StopReason::TooManyFailures => INCOMPLETE,
+            | StopReason::QuotaExhausted => Exit::Done,
+            StopReason::Paused => Exit::Paused,
+            StopReason::AccountRefused => Exit::AccountRefused,
+            StopReason::Signal | StopReason::TooManyFailures => Exit::Incomplete,
         },
     }
 }
@@ -138,7 +177,7 @@ mod tests {
         ] {
             assert_eq!(
                 code(reason, Mode::Run, &over, 10),
-                TOO_MANY_FAILURES,
+                Exit::TooManyFailures,
                 "{reason:?}"
             );
         }
@@ -147,21 +186,30 @@ mod tests {
     #[test]
     fn a_run_within_its_budget_says_done_for_now_paused_or_interrupted() {
         let ok = counts(10);
-        assert_eq!(code(StopReason::Done, Mode::Run, &ok, 10), DONE);
-        assert_eq!(code(StopReason::Paused, Mode::Run, &ok, 10), PAUSED);
+        assert_eq!(code(StopReason::Done, Mode::Run, &ok, 10), Exit::Done);
+        assert_eq!(code(StopReason::Paused, Mode::Run, &ok, 10), Exit::Paused);
         // Out of time is not a failure, nor worth a retry now: done for now.
-        assert_eq!(code(StopReason::Deadline, Mode::Run, &ok, 10), DONE);
-        assert_eq!(code(StopReason::WindowClosed, Mode::Run, &ok, 10), DONE);
-        assert_eq!(code(StopReason::QuotaExhausted, Mode::Run, &ok, 10), DONE);
+        assert_eq!(code(StopReason::Deadline, Mode::Run, &ok, 10), Exit::Done);
+        assert_eq!(
+            code(StopReason::WindowClosed, Mode::Run, &ok, 10),
+            Exit::Done
+        );
+        assert_eq!(
+            code(StopReason::QuotaExhausted, Mode::Run, &ok, 10),
+            Exit::Done
+        );
         // The account refused: a person must fix the key or the URL, not a retry.
         assert_eq!(
             code(StopReason::AccountRefused, Mode::Run, &ok, 10),
-            ACCOUNT_REFUSED
+            Exit::AccountRefused
         );
-        assert_eq!(code(StopReason::Signal, Mode::Run, &ok, 10), INCOMPLETE);
+        assert_eq!(
+            code(StopReason::Signal, Mode::Run, &ok, 10),
+            Exit::Incomplete
+        );
         assert_eq!(
             code(StopReason::TooManyFailures, Mode::Run, &ok, 10),
-            TOO_MANY_FAILURES
+            Exit::TooManyFailures
         );
     }
 
@@ -175,12 +223,12 @@ mod tests {
                 StopReason::WindowClosed,
                 StopReason::AccountRefused,
             ] {
-                assert_eq!(code(reason, Mode::Serve, &counts(failed), 10), DONE);
+                assert_eq!(code(reason, Mode::Serve, &counts(failed), 10), Exit::Done);
             }
         }
         assert_eq!(
             code(StopReason::TooManyFailures, Mode::Serve, &counts(11), 10),
-            TOO_MANY_FAILURES
+            Exit::TooManyFailures
         );
     }
 }

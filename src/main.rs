@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use campaign_sender::cli::{self, Cli};
-use campaign_sender::exit;
+use campaign_sender::exit::{self, Exit};
 
 fn main() -> std::process::ExitCode {
     let args = match Cli::try_parse() {
@@ -33,7 +33,7 @@ fn parse_failure(e: clap::Error) -> std::process::ExitCode {
     use clap::error::ErrorKind;
     let code = match e.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => 0,
-        ErrorKind::ValueValidation | ErrorKind::InvalidValue => exit::CONFIG,
+        ErrorKind::ValueValidation | ErrorKind::InvalidValue => Exit::Config.code(),
         _ => 2,
     };
     let _ = e.print();
@@ -51,7 +51,7 @@ fn shutdown_on_signals() -> CancellationToken {
         t.cancel();
         signal().await;
         warn!("second signal: exiting now (a worker's unwritten rows return after their lease; an import is rolled back)");
-        std::process::exit(exit::INCOMPLETE as i32);
+        std::process::exit(Exit::Incomplete.code().into());
     });
     token
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::exit::{self, Mode};
+use crate::exit::{self, Exit, Mode};
 use crate::outcome::{ErrorClass, Resolution};
 use crate::store::CampaignCounts;
 
@@ -109,7 +109,7 @@ pub struct RunReport {
     /// Most `failed` rows the campaign may have before exit code 2.
     pub failure_budget: i64,
     pub mode: Mode,
-    pub exit_code: u8,
+    pub exit_code: Exit,
 }
 
 impl RunReport {
@@ -161,7 +161,7 @@ impl RunReport {
             worker = self.worker,
             reason = self.reason,
             el = self.elapsed_s,
-            code = self.exit_code,
+            code = self.exit_code.code(),
             req = s.requests,
             sent = s.sent,
             retry = s.retried,

@@ -49,6 +49,39 @@ pub fn parse_span(v: &str) -> Result<(NaiveTime, NaiveTime), String> {
     Ok((start, end))
 }
 
+/// `configure --window`: a span of local time, or `none`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowArg {
+    None,
+    Span(NaiveTime, NaiveTime),
+}
+
+/// What `configure --window` / `--timezone` make of a campaign's window `before`: `None` keeps
+/// it, `Some(None)` removes it, `Some(Some(w))` sets `w`. A span without a zone keeps the old
+/// window's zone; a zone alone moves the old span to it. An error says what cannot be honoured
+/// (then nothing changes).
+pub fn change(
+    window: Option<WindowArg>,
+    tz: Option<Tz>,
+    before: Option<SendWindow>,
+) -> Result<Option<Option<SendWindow>>, &'static str> {
+    Ok(match (window, tz, before) {
+        (Some(WindowArg::None), _, _) => Some(None),
+        (Some(WindowArg::Span(start, end)), Some(tz), _) => {
+            Some(Some(SendWindow::new(start, end, tz)))
+        }
+        (Some(WindowArg::Span(start, end)), None, Some(old)) => {
+            Some(Some(SendWindow::new(start, end, old.tz)))
+        }
+        (Some(WindowArg::Span(..)), None, None) => {
+            return Err("--window needs --timezone (an IANA name such as Asia/Tokyo)")
+        }
+        (None, Some(tz), Some(old)) => Some(Some(SendWindow::new(old.start, old.end, tz))),
+        (None, Some(_), None) => return Err("--timezone is the send window's: give --window too"),
+        (None, None, _) => None,
+    })
+}
+
 /// A time zone by its IANA name (`Asia/Tokyo`, `Europe/Berlin`, `UTC`).
 pub fn parse_tz(v: &str) -> Result<Tz, String> {
     Tz::from_str(v).map_err(|_| {
@@ -308,5 +341,43 @@ mod tests {
             window("10:00:05-10:00:25", "UTC").to_string(),
             "10:00:05-10:00:25 UTC"
         );
+    }
+
+    #[test]
+    fn configure_keeps_sets_moves_or_removes_the_window_and_refuses_a_span_without_a_zone() {
+        let (tokyo, berlin) = (
+            parse_tz("Asia/Tokyo").unwrap(),
+            parse_tz("Europe/Berlin").unwrap(),
+        );
+        let old = window("09:00-17:00", "Asia/Tokyo");
+        let (s, e) = parse_span("22:00-06:00").unwrap();
+        let span = Some(WindowArg::Span(s, e));
+        assert_eq!(
+            change(None, None, Some(old)),
+            Ok(None),
+            "nothing asked: kept"
+        );
+        assert_eq!(
+            change(Some(WindowArg::None), None, Some(old)),
+            Ok(Some(None))
+        );
+        assert_eq!(
+            change(span, Some(berlin), Some(old)),
+            Ok(Some(Some(SendWindow::new(s, e, berlin))))
+        );
+        assert_eq!(
+            change(span, None, Some(old)),
+            Ok(Some(Some(SendWindow::new(s, e, tokyo)))),
+            "a new span keeps the old zone"
+        );
+        assert_eq!(
+            change(None, Some(berlin), Some(old)),
+            Ok(Some(Some(SendWindow::new(old.start, old.end, berlin)))),
+            "a zone alone moves the old span"
+        );
+        assert!(change(span, None, None).unwrap_err().contains("--timezone"));
+        assert!(change(None, Some(berlin), None)
+            .unwrap_err()
+            .contains("--window"));
     }
 }

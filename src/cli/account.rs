@@ -4,16 +4,13 @@
 use sqlx::PgPool;
 
 use super::operator::at;
+use super::CliResult;
 use crate::store::account::{self, KeyState};
 use crate::store::campaigns;
 
 /// `resume --campaign C` lifts the campaign's pause and every refusal that stops it;
 /// `resume --key K` lifts the key's refusal only.
-pub(super) async fn resume(
-    pool: &PgPool,
-    campaign: Option<&str>,
-    key: Option<&str>,
-) -> Result<(), sqlx::Error> {
+pub(super) async fn resume(pool: &PgPool, campaign: Option<&str>, key: Option<&str>) -> CliResult {
     if let Some(c) = campaign {
         match campaigns::resume(pool, c).await? {
             Some(p) => println!(
@@ -45,12 +42,7 @@ pub(super) async fn resume(
 }
 
 /// `limit --key K [--rate R | --clear]`: sets or clears the live limit, then shows the key.
-pub(super) async fn limit(
-    pool: &PgPool,
-    key: &str,
-    rate: Option<f64>,
-    clear: bool,
-) -> Result<(), sqlx::Error> {
+pub(super) async fn limit(pool: &PgPool, key: &str, rate: Option<f64>, clear: bool) -> CliResult {
     if rate.is_some() || clear {
         account::set_limit(pool, key, rate).await?;
     }

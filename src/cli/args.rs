@@ -280,12 +280,7 @@ fn parse_delimiter(v: &str) -> Result<u8, String> {
     }
 }
 
-/// `--window`: a span of local time, or `none`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WindowArg {
-    None,
-    Span(chrono::NaiveTime, chrono::NaiveTime),
-}
+pub use crate::window::WindowArg;
 
 fn parse_window(v: &str) -> Result<WindowArg, String> {
     if v.eq_ignore_ascii_case("none") {

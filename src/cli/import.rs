@@ -14,8 +14,8 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use tracing::error;
 
-use super::Db;
-use crate::exit;
+use super::{CliError, CliResult};
+use crate::exit::Exit;
 use crate::import::{self, ImportError, ImportProgress, ImportReport, LineError};
 
 /// How often progress is written when stderr is not a terminal.
@@ -29,20 +29,13 @@ pub(super) struct How {
 
 pub(super) async fn import_cmd(
     pool: &PgPool,
-    db: &Db<'_>,
     campaign_id: &str,
     (file, skip_invalid): (Option<PathBuf>, Option<PathBuf>),
     how: How,
     shutdown: CancellationToken,
-) -> u8 {
-    let (input, total_bytes) = match open_input(file) {
-        Ok(i) => i,
-        Err(code) => return code,
-    };
-    let rejects = match open_rejects(skip_invalid.as_deref()) {
-        Ok(r) => r,
-        Err(code) => return code,
-    };
+) -> CliResult {
+    let (input, total_bytes) = open_input(file)?;
+    let rejects = open_rejects(skip_invalid.as_deref())?;
     let progress = Arc::new(ImportProgress::default());
     let shown = show_progress(progress.clone(), total_bytes);
     let opts = pool.connect_options().as_ref().clone();
@@ -60,7 +53,7 @@ pub(super) async fn import_cmd(
         _ = shutdown.cancelled() => {
             shown.abort();
             eprintln!("interrupted: the import was rolled back, nothing was imported; run it again");
-            return exit::interrupted();
+            return Err(CliError::Interrupted);
         }
     };
     shown.abort();
@@ -68,23 +61,23 @@ pub(super) async fn import_cmd(
     match result {
         Ok(r) => {
             print_imported(campaign_id, &r, skip_invalid.as_deref());
-            exit::DONE
+            Ok(())
         }
         Err(ImportError::Rejected { errors, report }) => {
             print_rejected(errors, report);
-            exit::DATA_ERROR
+            Err(Exit::DataError.into())
         }
         Err(e @ (ImportError::NoRecords | ImportError::EndsMidLine)) => {
             eprintln!("{e}");
-            exit::DATA_ERROR
+            Err(Exit::DataError.into())
         }
         Err(e @ (ImportError::Input(_) | ImportError::Rejects(_))) => {
             eprintln!("{e}; nothing was imported");
-            exit::NO_INPUT
+            Err(Exit::NoInput.into())
         }
         Err(ImportError::Database(e)) => {
             error!("the import was rolled back: nothing was imported (a rerun is safe)");
-            db.report(&e)
+            Err(e.into())
         }
     }
 }
@@ -92,7 +85,7 @@ pub(super) async fn import_cmd(
 type Input = (Box<dyn std::io::Read + Send>, Option<u64>);
 
 /// The file (buffered, with its size for the progress bar), or standard input for `-` or none.
-pub(super) fn open_input(file: Option<PathBuf>) -> Result<Input, u8> {
+pub(super) fn open_input(file: Option<PathBuf>) -> Result<Input, CliError> {
     match file {
         Some(path) if path.as_os_str() != "-" => match std::fs::File::open(&path) {
             Ok(f) => {
@@ -102,20 +95,20 @@ pub(super) fn open_input(file: Option<PathBuf>) -> Result<Input, u8> {
             }
             Err(e) => {
                 eprintln!("cannot open {}: {e}", path.display());
-                Err(exit::NO_INPUT)
+                Err(Exit::NoInput.into())
             }
         },
         _ => Ok((Box::new(std::io::stdin()), None)),
     }
 }
 
-fn open_rejects(path: Option<&Path>) -> Result<Option<Box<dyn std::io::Write + Send>>, u8> {
+fn open_rejects(path: Option<&Path>) -> Result<Option<Box<dyn std::io::Write + Send>>, CliError> {
     let Some(path) = path else { return Ok(None) };
     match std::fs::File::create(path) {
         Ok(f) => Ok(Some(Box::new(std::io::BufWriter::new(f)))),
         Err(e) => {
             eprintln!("cannot create the rejects file {}: {e}", path.display());
-            Err(exit::NO_INPUT)
+            Err(Exit::NoInput.into())
         }
     }
 }

@@ -38,27 +38,58 @@ use tracing::{error, info};
 pub use args::{Cli, Command};
 
 use crate::config::{ConfigError, DbConfig, FromEnv, RunConfig};
-use crate::exit;
+use crate::exit::{self, Exit};
 use crate::store::connect::{self, wait_for_schema, SchemaWait};
 use crate::store::{Store, MIGRATOR};
 use crate::worker::Worker;
 use problem::{Patience, Target, Who};
 
+/// How a command did not succeed. What went wrong has already been said, except for a
+/// database error, which [`Db::exit`] says (with what to do) as the command ends.
+#[derive(Debug)]
+pub enum CliError {
+    /// Said; the process exits with this code.
+    Exit(Exit),
+    /// The database: [`problem::report`] says what to do and picks the code (75 or 77).
+    Database(sqlx::Error),
+    /// Given up when asked to stop (`import`): 128 + the signal ([`exit::interrupted`]).
+    Interrupted,
+}
+
+impl From<sqlx::Error> for CliError {
+    fn from(e: sqlx::Error) -> Self {
+        CliError::Database(e)
+    }
+}
+
+impl From<Exit> for CliError {
+    fn from(code: Exit) -> Self {
+        CliError::Exit(code)
+    }
+}
+
+/// What every command returns.
+pub type CliResult = Result<(), CliError>;
+
 /// Prints a configuration problem (one line naming the variable, on stderr so that it reaches
 /// the pod log even without tracing); exit 78.
-fn config_failure(e: ConfigError) -> u8 {
+fn config_failure(e: ConfigError) -> CliError {
     eprintln!("configuration error: {e}");
-    exit::CONFIG
+    CliError::Exit(Exit::Config)
 }
 
 /// Runs the parsed command until it is done or `shutdown` fires; returns the exit code.
 pub async fn run(cli: Cli, shutdown: CancellationToken) -> u8 {
     // Both configs are read and validated before anything connects.
-    let db = match DbConfig::from_env() {
+    let cfg = match DbConfig::from_env() {
         Ok(c) => c,
-        Err(e) => return config_failure(e),
+        Err(e) => {
+            eprintln!("configuration error: {e}");
+            return Exit::Config.code();
+        }
     };
-    match cli.command {
+    let db = Db::new(&cfg, Who::of(&cli.command));
+    let result = match cli.command {
         Command::Migrate => migrate(&db).await,
         Command::Run => work(&db, None, shutdown).await,
         Command::Serve { wait_for_campaign } => work(&db, Some(wait_for_campaign), shutdown).await,
@@ -66,15 +97,9 @@ pub async fn run(cli: Cli, shutdown: CancellationToken) -> u8 {
         Command::Web {
             max_permanent_failure_ratio,
         } => servers::web(&db, max_permanent_failure_ratio, shutdown).await,
-        operator => {
-            let db = Db::new(&db, Who::Operator);
-            let pool = match db.ready_pool(Patience::Interactive, Duration::ZERO).await {
-                Ok(p) => p,
-                Err(code) => return code,
-            };
-            operator::dispatch(operator, &pool, &db, shutdown).await
-        }
-    }
+        operator => operator::run(operator, &db, shutdown).await,
+    };
+    db.exit(result)
 }
 
 /// A command's database: how to reach it, and how to say what is wrong with it.
@@ -93,76 +118,75 @@ impl<'a> Db<'a> {
         }
     }
 
-    /// Says what is wrong (once, with what to do); the exit code for it.
-    pub fn report(&self, e: &sqlx::Error) -> u8 {
-        problem::report(e, &self.target, self.who)
+    /// The exit status of a command that ended with `result`; a database error is said here,
+    /// once, with what to do ([`problem::report`]).
+    fn exit(&self, result: CliResult) -> u8 {
+        match result {
+            Ok(()) => Exit::Done.code(),
+            Err(CliError::Exit(code)) => code.code(),
+            Err(CliError::Database(e)) => problem::report(&e, &self.target, self.who).code(),
+            Err(CliError::Interrupted) => exit::interrupted(),
+        }
+    }
+
+    /// How long a database outage is ridden out (`DB_CONNECT_RETRY_S`).
+    fn outage_limit(&self) -> Duration {
+        Duration::from_secs(self.cfg.db_connect_retry_s)
     }
 
     /// A pool on a database migrated to this version, waiting up to `schema_wait` for the
-    /// migrate Job; else the exit code, with what to do said once.
-    async fn ready_pool(&self, patience: Patience, schema_wait: Duration) -> Result<PgPool, u8> {
-        let pool = connect::connect(self.cfg, |e| patience.waits_for(e))
-            .await
-            .map_err(|e| self.report(&e))?;
+    /// migrate Job.
+    async fn ready_pool(
+        &self,
+        patience: Patience,
+        schema_wait: Duration,
+    ) -> Result<PgPool, CliError> {
+        let pool = connect::connect(self.cfg, |e| patience.waits_for(e)).await?;
         match wait_for_schema(&pool, schema_wait).await {
             Ok(()) => Ok(pool),
             Err(SchemaWait::NotMigrated) => {
                 error!("{}", SchemaWait::NotMigrated);
-                Err(exit::DATABASE_UNAVAILABLE)
+                Err(Exit::DatabaseUnavailable.into())
             }
-            Err(SchemaWait::Database(e)) => Err(self.report(&e)),
+            Err(SchemaWait::Database(e)) => Err(e.into()),
         }
     }
 }
 
-async fn migrate(cfg: &DbConfig) -> u8 {
-    let db = Db::new(cfg, Who::Owner);
-    let pool = match connect::connect(cfg, |e| Patience::Worker.waits_for(e)).await {
-        Ok(p) => p,
-        Err(e) => return db.report(&e),
-    };
+async fn migrate(db: &Db<'_>) -> CliResult {
+    let pool = connect::connect(db.cfg, |e| Patience::Worker.waits_for(e)).await?;
     if let Err(e) = MIGRATOR.run(&pool).await {
         error!(error = %e, "migration failed; the database is unchanged past the last applied migration");
-        return 1;
+        return Err(Exit::Incomplete.into());
     }
     info!("migrations applied");
-    match crate::store::roles::grant(&pool).await {
-        Ok(()) => {
-            info!("the roles of docs/roles.sql are granted");
-            exit::DONE
+    if let Err(e) = crate::store::roles::grant(&pool).await {
+        let denied = connect::sqlstate(&e).as_deref() == Some("42501");
+        error!(error = %connect::error_text(&e), "the migrations are applied, but granting the roles of docs/roles.sql failed: the owner needs CREATEROLE, or create the roles first; then run migrate again");
+        return Err(if denied {
+            Exit::NoPermission
+        } else {
+            Exit::Incomplete
         }
-        Err(e) => {
-            let denied = connect::sqlstate(&e).as_deref() == Some("42501");
-            error!(error = %connect::error_text(&e), "the migrations are applied, but granting the roles of docs/roles.sql failed: the owner needs CREATEROLE, or create the roles first; then run migrate again");
-            if denied {
-                exit::NO_PERMISSION
-            } else {
-                1
-            }
-        }
+        .into());
     }
+    info!("the roles of docs/roles.sql are granted");
+    Ok(())
 }
 
 /// `run` (`serve`: `None`) or `serve` (`Some(wait_for_campaign)`): the worker, until it is
 /// done or told to stop. Prints the JSON report on stdout and a summary on stderr.
-async fn work(db: &DbConfig, serve: Option<bool>, shutdown: CancellationToken) -> u8 {
+async fn work(db: &Db<'_>, serve: Option<bool>, shutdown: CancellationToken) -> CliResult {
     let (serve, wait_for_campaign) = (serve.is_some(), serve.unwrap_or(false));
-    let cfg = match RunConfig::from_env() {
-        Ok(c) => c,
-        Err(e) => return config_failure(e),
-    };
+    let cfg = RunConfig::from_env().map_err(config_failure)?;
     if let Some(addr) = cfg.metrics_socket() {
         if let Err(e) = crate::metrics::install(addr, &cfg.worker_name()) {
             eprintln!("configuration error: METRICS_ADDR: cannot serve metrics on {addr} ({e})");
-            return exit::CONFIG;
+            return Err(Exit::Config.into());
         }
     }
-    let outage_limit = Duration::from_secs(db.db_connect_retry_s);
-    let db = Db::new(db, Who::Worker);
-    let pool = match db.ready_pool(Patience::Worker, outage_limit).await {
-        Ok(p) => p,
-        Err(code) => return code,
-    };
+    let outage_limit = db.outage_limit();
+    let pool = db.ready_pool(Patience::Worker, outage_limit).await?;
     let said = shutdown.clone();
     tokio::spawn(async move {
         said.cancelled().await;
@@ -172,22 +196,15 @@ async fn work(db: &DbConfig, serve: Option<bool>, shutdown: CancellationToken) -
     });
     let campaign_id = cfg.campaign_id.clone();
     let store = Store::new(pool.clone(), cfg.campaign_id.clone());
-    let worker = match Worker::new(cfg, store, outage_limit) {
-        Ok(w) => w,
-        Err(e) => {
-            error!(error = %e, "configuration error; nothing sent");
-            return exit::CONFIG;
-        }
-    };
+    let worker = Worker::new(cfg, store, outage_limit).map_err(|e| {
+        error!(error = %e, "configuration error; nothing sent");
+        CliError::Exit(Exit::Config)
+    })?;
     // A typo in CAMPAIGN_ID would "succeed" with nothing sent (a Job) or idle forever (serve).
     if !wait_for_campaign {
-        match operator::known(&pool, &campaign_id, false).await {
-            Ok(None) => {}
-            Ok(Some(refusal)) => {
-                error!("CAMPAIGN_ID: {refusal}");
-                return exit::UNKNOWN_CAMPAIGN;
-            }
-            Err(e) => return db.report(&e),
+        if let Some(refusal) = operator::known(&pool, &campaign_id, false).await? {
+            error!("CAMPAIGN_ID: {refusal}");
+            return Err(Exit::Incomplete.into());
         }
     }
     let outcome = if serve {
@@ -202,18 +219,21 @@ async fn work(db: &DbConfig, serve: Option<bool>, shutdown: CancellationToken) -
                 serde_json::to_string(&report).expect("report serialises")
             );
             eprintln!("{}", report.human());
-            report.exit_code
+            match report.exit_code {
+                Exit::Done => Ok(()),
+                code => Err(code.into()),
+            }
         }
         Err(crate::worker::RunError::Config(e)) => {
             error!(error = %e, "configuration error; nothing sent");
-            exit::CONFIG
+            Err(Exit::Config.into())
         }
         Err(crate::worker::RunError::Database(limit, e)) => {
             error!(
                 limit_s = limit.as_secs(),
                 "the database stayed away; rows this worker held are re-claimed after their lease"
             );
-            db.report(&e)
+            Err(e.into())
         }
     }
 }

@@ -1,8 +1,8 @@
 //! The operator commands: `import`, `status`, `pause`, `resume`, `retry-failed`, `configure`,
 //! `limit`, `resolve`, `suppress` and `archive`.
 //! Each one does its work through the library ([`crate::store`], [`crate::import`],
-//! [`crate::status`]), prints what happened and returns the exit code; a database error ends it
-//! through [`super::Db::report`]. Output never contains an address.
+//! [`crate::status`]), prints what happened and returns a [`CliResult`]; a database error is
+//! said as the command ends ([`super::Db`]). Output never contains an address.
 //!
 //! Every command but `import` refuses a campaign that does not exist (no targets, no settings
 //! row) and changes nothing: a typo in `pause --campaign` must not report success while the real
@@ -14,29 +14,32 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::args::WindowArg;
-use super::{Command, Db};
-use crate::exit;
+use super::problem::Patience;
+use super::{CliError, CliResult, Command, Db};
+use crate::exit::Exit;
 use crate::store::campaigns::{self, Pause};
 use crate::store::{RetryFilter, Store};
-use crate::window::SendWindow;
 
-/// Runs one operator command on a pool over a migrated database.
-pub async fn dispatch(cmd: Command, pool: &PgPool, db: &Db<'_>, shutdown: CancellationToken) -> u8 {
+/// Runs one operator command: connects (patient only with what waiting can heal), refuses a
+/// campaign id that cannot travel or a campaign that does not exist, then does the work.
+pub(super) async fn run(cmd: Command, db: &Db<'_>, shutdown: CancellationToken) -> CliResult {
+    let pool = db.ready_pool(Patience::Interactive, Duration::ZERO).await?;
     if let Some(refusal) = new_campaign(&cmd).and_then(invalid_id) {
         eprintln!("{refusal}");
-        return exit::CONFIG;
+        return Err(Exit::Config.into());
     }
     if let Some((campaign, create)) = named_campaign(&cmd) {
-        match known(pool, campaign, create).await {
-            Ok(None) => {}
-            Ok(Some(refusal)) => {
-                eprintln!("{refusal}");
-                return exit::UNKNOWN_CAMPAIGN;
-            }
-            Err(e) => return db.report(&e),
+        if let Some(refusal) = known(&pool, campaign, create).await? {
+            eprintln!("{refusal}");
+            return Err(Exit::Incomplete.into());
         }
     }
-    let result = match cmd {
+    dispatch(cmd, &pool, shutdown).await
+}
+
+/// The operator command's own work, on a pool over a migrated database.
+async fn dispatch(cmd: Command, pool: &PgPool, shutdown: CancellationToken) -> CliResult {
+    match cmd {
         Command::Import {
             campaign,
             file,
@@ -48,15 +51,8 @@ pub async fn dispatch(cmd: Command, pool: &PgPool, db: &Db<'_>, shutdown: Cancel
                 delimiter,
                 allow_empty,
             };
-            return super::import::import_cmd(
-                pool,
-                db,
-                &campaign,
-                (file, skip_invalid),
-                how,
-                shutdown,
-            )
-            .await;
+            let files = (file, skip_invalid);
+            super::import::import_cmd(pool, &campaign, files, how, shutdown).await
         }
         Command::Status {
             campaign,
@@ -65,14 +61,13 @@ pub async fn dispatch(cmd: Command, pool: &PgPool, db: &Db<'_>, shutdown: Cancel
             interval_ms,
             max_permanent_failure_ratio,
         } => {
-            let interval = Duration::from_millis(interval_ms.max(100));
-            let ratio = max_permanent_failure_ratio;
             let watch = super::status::Watch {
                 watch,
                 json,
-                interval,
+                interval: Duration::from_millis(interval_ms.max(100)),
             };
-            return super::status::status_cmd(pool, db, &campaign, watch, ratio, shutdown).await;
+            let ratio = max_permanent_failure_ratio;
+            super::status::status_cmd(pool, &campaign, watch, ratio, shutdown).await
         }
         Command::Pause { campaign, reason } => pause(pool, &campaign, reason.as_deref()).await,
         Command::Resume { campaign, key } => {
@@ -113,14 +108,7 @@ pub async fn dispatch(cmd: Command, pool: &PgPool, db: &Db<'_>, shutdown: Cancel
                 window,
                 timezone,
             };
-            match configure(pool, &campaign, settings).await {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(problem)) => {
-                    eprintln!("configuration error: {problem}; nothing changed");
-                    return exit::CONFIG;
-                }
-                Err(e) => Err(e),
-            }
+            configure(pool, &campaign, settings).await
         }
         Command::Resolve {
             campaign,
@@ -139,13 +127,10 @@ pub async fn dispatch(cmd: Command, pool: &PgPool, db: &Db<'_>, shutdown: Cancel
                 (None, Some(age)) => super::archive::Which::OlderThan(age),
                 (None, None) => unreachable!("clap requires one"),
             };
-            return match super::archive::archive_cmd(pool, which, dry_run).await {
-                Ok(code) => code,
-                Err(e) => db.report(&e),
-            };
+            super::archive::archive_cmd(pool, which, dry_run).await
         }
         Command::Suppress { file, remove } => {
-            return super::suppress::suppress_cmd(pool, db, file, remove).await;
+            super::suppress::suppress_cmd(pool, file, remove).await
         }
         Command::Migrate
         | Command::Run
@@ -154,10 +139,6 @@ pub async fn dispatch(cmd: Command, pool: &PgPool, db: &Db<'_>, shutdown: Cancel
         | Command::Web { .. } => {
             unreachable!("not an operator command")
         }
-    };
-    match result {
-        Ok(()) => exit::DONE,
-        Err(e) => db.report(&e),
     }
 }
 
@@ -268,7 +249,7 @@ fn said(p: &Pause) -> String {
         .unwrap_or_default()
 }
 
-async fn pause(pool: &PgPool, campaign: &str, reason: Option<&str>) -> Result<(), sqlx::Error> {
+async fn pause(pool: &PgPool, campaign: &str, reason: Option<&str>) -> CliResult {
     let p = campaigns::pause(pool, campaign, campaigns::BY_OPERATOR, reason).await?;
     let ours = p.by == campaigns::BY_OPERATOR && p.reason.as_deref() == reason;
     if ours {
@@ -295,7 +276,7 @@ async fn retry_failed(
     campaign: &str,
     filter: &RetryFilter,
     dry_run: bool,
-) -> Result<(), sqlx::Error> {
+) -> CliResult {
     let n = Store::new(pool.clone(), campaign)
         .retry_failed(filter, dry_run)
         .await?;
@@ -324,35 +305,15 @@ struct Settings<'a> {
     timezone: Option<chrono_tz::Tz>,
 }
 
-/// Writes the settings asked for; `Ok(Err(…))` for a request that cannot be honoured (a window
-/// without a time zone), with nothing changed.
-async fn configure(
-    pool: &PgPool,
-    campaign: &str,
-    asked: Settings<'_>,
-) -> Result<Result<(), String>, sqlx::Error> {
+/// Writes the settings asked for; a request that cannot be honoured (a window without a time
+/// zone) changes nothing and exits 78.
+async fn configure(pool: &PgPool, campaign: &str, asked: Settings<'_>) -> CliResult {
     let before = campaigns::settings(pool, campaign).await?;
-    let window = match (asked.window, asked.timezone, before.window) {
-        (Some(WindowArg::None), _, _) => Some(None),
-        (Some(WindowArg::Span(start, end)), Some(tz), _) => {
-            Some(Some(SendWindow::new(start, end, tz)))
-        }
-        (Some(WindowArg::Span(start, end)), None, Some(old)) => {
-            Some(Some(SendWindow::new(start, end, old.tz)))
-        }
-        (Some(WindowArg::Span(..)), None, None) => {
-            return Ok(Err(
-                "--window needs --timezone (an IANA name such as Asia/Tokyo)".into(),
-            ))
-        }
-        (None, Some(tz), Some(old)) => Some(Some(SendWindow::new(old.start, old.end, tz))),
-        (None, Some(_), None) => {
-            return Ok(Err(
-                "--timezone is the send window's: give --window too".into()
-            ))
-        }
-        (None, None, _) => None,
-    };
+    let window =
+        crate::window::change(asked.window, asked.timezone, before.window).map_err(|problem| {
+            eprintln!("configuration error: {problem}; nothing changed");
+            CliError::Exit(Exit::Config)
+        })?;
     let c = &asked.change;
     let changes = c.template.is_some() || c.ratio.is_some() || c.from.is_some();
     if changes || c.reply_to.is_some() || !before.stored {
@@ -377,7 +338,7 @@ async fn configure(
             .map(|w| w.to_string())
             .unwrap_or_else(|| "none (any time)".into())
     );
-    Ok(Ok(()))
+    Ok(())
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use std::io::ErrorKind;
 use sqlx::postgres::PgConnectOptions;
 
 use crate::config::DbConfig;
-use crate::exit;
+use crate::exit::Exit;
 use crate::store::connect;
 
 /// docs/roles.sql, the grants each role needs (compiled in, so a permission error can name the
@@ -34,6 +34,27 @@ pub enum Who {
 }
 
 impl Who {
+    /// Who runs `command`.
+    pub fn of(command: &super::Command) -> Self {
+        use super::Command;
+        match command {
+            Command::Migrate => Who::Owner,
+            Command::Run | Command::Serve { .. } => Who::Worker,
+            Command::Events => Who::Events,
+            Command::Web { .. } => Who::Web,
+            Command::Import { .. }
+            | Command::Status { .. }
+            | Command::Pause { .. }
+            | Command::Resume { .. }
+            | Command::Limit { .. }
+            | Command::RetryFailed { .. }
+            | Command::Resolve { .. }
+            | Command::Suppress { .. }
+            | Command::Archive { .. }
+            | Command::Configure { .. } => Who::Operator,
+        }
+    }
+
     fn role(self) -> Option<&'static str> {
         match self {
             Who::Worker => Some("campaign_sender_worker"),
@@ -165,10 +186,10 @@ impl DbProblem {
         }
     }
 
-    pub fn exit_code(&self) -> u8 {
+    pub fn exit_code(&self) -> Exit {
         match self {
-            DbProblem::Permission { .. } => exit::NO_PERMISSION,
-            _ => exit::DATABASE_UNAVAILABLE,
+            DbProblem::Permission { .. } => Exit::NoPermission,
+            _ => Exit::DatabaseUnavailable,
         }
     }
 }
@@ -219,7 +240,7 @@ pub fn grants_for(table: &str, role: &str) -> Vec<String> {
 
 /// Logs what is wrong with the database and what to do; returns the exit code for it. The one
 /// place a database error ends a command.
-pub fn report(e: &sqlx::Error, target: &Target, who: Who) -> u8 {
+pub fn report(e: &sqlx::Error, target: &Target, who: Who) -> Exit {
     let problem = DbProblem::of(e);
     let shown = connect::error_text(e);
     let advice = problem.advice(target, who);
@@ -279,7 +300,7 @@ mod tests {
             said.contains("GRANT SELECT ON campaigns TO campaign_sender_worker"),
             "{said}"
         );
-        assert_eq!(p.exit_code(), exit::NO_PERMISSION);
+        assert_eq!(p.exit_code(), Exit::NoPermission);
     }
 
     #[test]

@@ -9,29 +9,22 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
-use super::problem::{Patience, Who};
-use super::{config_failure, Db};
-use crate::config::{DbConfig, EventsConfig, FromEnv, WebConfig};
-use crate::exit;
+use super::problem::Patience;
+use super::{config_failure, CliError, CliResult, Db};
+use crate::config::{EventsConfig, FromEnv, WebConfig};
+use crate::exit::Exit;
 
-/// The database as `who`, waiting for the schema like a worker, and a listener on `addr`
-/// (`var` names the setting a busy address is blamed on); else the exit code, said once.
+/// The database, waiting for the schema like a worker, and a listener on `addr` (`var` names
+/// the setting a busy address is blamed on).
 async fn connect_and_listen(
-    db: &DbConfig,
-    who: Who,
+    db: &Db<'_>,
     addr: SocketAddr,
     var: &str,
-) -> Result<(PgPool, tokio::net::TcpListener), u8> {
-    let db = Db::new(db, who);
-    let pool = db
-        .ready_pool(
-            Patience::Worker,
-            Duration::from_secs(db.cfg.db_connect_retry_s),
-        )
-        .await?;
+) -> Result<(PgPool, tokio::net::TcpListener), CliError> {
+    let pool = db.ready_pool(Patience::Worker, db.outage_limit()).await?;
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
         eprintln!("configuration error: {var}: cannot listen on {addr} ({e})");
-        exit::CONFIG
+        CliError::Exit(Exit::Config)
     })?;
     Ok((pool, listener))
 }
@@ -42,40 +35,29 @@ async fn serve(
     app: axum::Router,
     shutdown: CancellationToken,
     what: &str,
-) -> u8 {
-    match axum::serve(listener, app)
+) -> CliResult {
+    axum::serve(listener, app)
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await
-    {
-        Ok(()) => exit::DONE,
-        Err(e) => {
+        .map_err(|e| {
             error!(error = %e, "the {what} server failed");
-            1
-        }
-    }
+            CliError::Exit(Exit::Incomplete)
+        })
 }
 
 /// `events`: the webhook server, until `shutdown`.
-pub(super) async fn events(db: &DbConfig, shutdown: CancellationToken) -> u8 {
-    let cfg = match EventsConfig::from_env() {
-        Ok(c) => c,
-        Err(e) => return config_failure(e),
-    };
-    let (addr, listeners) = match cfg.socket().and_then(|a| Ok((a, cfg.listeners()?))) {
-        Ok(x) => x,
-        Err(e) => return config_failure(e),
-    };
+pub(super) async fn events(db: &Db<'_>, shutdown: CancellationToken) -> CliResult {
+    let cfg = EventsConfig::from_env().map_err(config_failure)?;
+    let addr = cfg.socket().map_err(config_failure)?;
+    let listeners = cfg.listeners().map_err(config_failure)?;
     if let Some(m) = cfg.metrics_addr.as_ref().and_then(|a| a.parse().ok()) {
         let name = std::env::var("HOSTNAME").unwrap_or_else(|_| "events".into());
         if let Err(e) = crate::metrics::install(m, &name) {
             eprintln!("configuration error: METRICS_ADDR: cannot serve metrics on {m} ({e})");
-            return exit::CONFIG;
+            return Err(Exit::Config.into());
         }
     }
-    let (pool, listener) = match connect_and_listen(db, Who::Events, addr, "EVENTS_ADDR").await {
-        Ok(x) => x,
-        Err(code) => return code,
-    };
+    let (pool, listener) = connect_and_listen(db, addr, "EVENTS_ADDR").await?;
     crate::events::server::start_counters_at_zero(&listeners);
     info!(%addr, vendors = ?listeners.vendors(), "listening for the vendors' events");
     tokio::spawn(crate::events::server::prune_tokens(
@@ -88,19 +70,11 @@ pub(super) async fn events(db: &DbConfig, shutdown: CancellationToken) -> u8 {
 
 /// `web`: the status page, until `shutdown`. It listens at once (`/healthz` answers 503 until
 /// the first round of reads is done) and reads the database in the background.
-pub(super) async fn web(db: &DbConfig, ratio: f64, shutdown: CancellationToken) -> u8 {
-    let cfg = match WebConfig::from_env() {
-        Ok(c) => c,
-        Err(e) => return config_failure(e),
-    };
-    let (addr, logins) = match cfg.socket().and_then(|a| Ok((a, cfg.logins()?))) {
-        Ok(x) => x,
-        Err(e) => return config_failure(e),
-    };
-    let (pool, listener) = match connect_and_listen(db, Who::Web, addr, "WEB_ADDR").await {
-        Ok(x) => x,
-        Err(code) => return code,
-    };
+pub(super) async fn web(db: &Db<'_>, ratio: f64, shutdown: CancellationToken) -> CliResult {
+    let cfg = WebConfig::from_env().map_err(config_failure)?;
+    let addr = cfg.socket().map_err(config_failure)?;
+    let logins = cfg.logins().map_err(config_failure)?;
+    let (pool, listener) = connect_and_listen(db, addr, "WEB_ADDR").await?;
     let board = crate::web::board::Board::new(
         Duration::from_secs(cfg.web_refresh_s),
         Duration::from_millis(cfg.web_db_timeout_ms),

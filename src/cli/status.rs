@@ -9,8 +9,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use super::Db;
-use crate::exit;
+use super::CliResult;
 use crate::status;
 
 /// How `status` shows the campaign.
@@ -23,12 +22,11 @@ pub(super) struct Watch {
 
 pub(super) async fn status_cmd(
     pool: &PgPool,
-    db: &Db<'_>,
     campaign_id: &str,
     how: Watch,
     ratio: f64,
     cancel: CancellationToken,
-) -> u8 {
+) -> CliResult {
     let Watch {
         watch,
         json,
@@ -42,10 +40,7 @@ pub(super) async fn status_cmd(
         )
     });
     loop {
-        let s = match status::gather(pool, campaign_id, ratio).await {
-            Ok(s) => s,
-            Err(e) => return db.report(&e),
-        };
+        let s = status::gather(pool, campaign_id, ratio).await?;
         let c = &s.progress.counts;
         match &bar {
             Some(bar) => {
@@ -61,13 +56,13 @@ pub(super) async fn status_cmd(
             if let Some(bar) = &bar {
                 bar.finish();
             }
-            return exit::DONE;
+            return Ok(());
         }
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
             _ = cancel.cancelled() => {
                 if let Some(bar) = &bar { bar.abandon(); }
-                return exit::DONE;
+                return Ok(());
             }
         }
     }

@@ -9,23 +9,15 @@ use sqlx::PgPool;
 use tracing::error;
 
 use super::import::open_input;
-use super::Db;
-use crate::exit;
+use super::CliResult;
+use crate::exit::Exit;
 use crate::import::suppress::{suppress, Direction, SuppressReport};
 use crate::import::{ImportError, ImportProgress};
 use crate::store::suppressions::Settle;
 use crate::store::Store;
 
-pub(super) async fn suppress_cmd(
-    pool: &PgPool,
-    db: &Db<'_>,
-    file: Option<PathBuf>,
-    remove: bool,
-) -> u8 {
-    let (input, _) = match open_input(file) {
-        Ok(i) => i,
-        Err(code) => return code,
-    };
+pub(super) async fn suppress_cmd(pool: &PgPool, file: Option<PathBuf>, remove: bool) -> CliResult {
+    let (input, _) = open_input(file)?;
     let direction = if remove {
         Direction::Remove
     } else {
@@ -36,7 +28,7 @@ pub(super) async fn suppress_cmd(
     match suppress(&opts, input, direction, progress).await {
         Ok(r) => {
             print_done(direction, &r);
-            exit::DONE
+            Ok(())
         }
         Err(ImportError::Rejected { errors, report }) => {
             for e in &errors {
@@ -49,23 +41,23 @@ pub(super) async fn suppress_cmd(
                 "{} of {} lines are invalid; nothing was changed. Fix them and run again",
                 report.invalid, report.records
             );
-            exit::DATA_ERROR
+            Err(Exit::DataError.into())
         }
         Err(ImportError::NoRecords) => {
             eprintln!("no addresses in the input; nothing was changed");
-            exit::DATA_ERROR
+            Err(Exit::DataError.into())
         }
         Err(e @ ImportError::EndsMidLine) => {
             eprintln!("{e}");
-            exit::DATA_ERROR
+            Err(Exit::DataError.into())
         }
         Err(e @ (ImportError::Input(_) | ImportError::Rejects(_))) => {
             eprintln!("{e}; nothing was changed");
-            exit::NO_INPUT
+            Err(Exit::NoInput.into())
         }
         Err(ImportError::Database(e)) => {
             error!("rolled back: the suppression list is unchanged (a rerun is safe)");
-            db.report(&e)
+            Err(e.into())
         }
     }
 }
@@ -90,7 +82,7 @@ pub(super) async fn resolve(
     assume_sent: bool,
     since: Option<chrono::DateTime<chrono::Utc>>,
     dry_run: bool,
-) -> Result<(), sqlx::Error> {
+) -> CliResult {
     let how = if assume_sent {
         Settle::AssumeSent
     } else {

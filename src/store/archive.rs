@@ -165,6 +165,41 @@ pub async fn complete(pool: &PgPool, campaign_id: &str) -> Result<(), sqlx::Erro
     Ok(())
 }
 
+/// Rows moved a batch (one transaction each: short locks, a bounded WAL burst).
+pub const BATCH: i64 = 5_000;
+/// How long a batch waits for a row lock before it gives up and is tried again.
+pub const LOCK_WAIT: Duration = Duration::from_secs(2);
+/// How many times one batch is tried on lock waits given up before the error goes up.
+const LOCK_TRIES: u32 = 10;
+
+/// Moves every finished row of `campaign_id` into `campaign_archive`, [`BATCH`] rows at a
+/// time in member order from the first member on; returns how many moved. A batch that waited
+/// [`LOCK_WAIT`] for a row lock (a worker's write) is tried again after 200 ms, up to
+/// [`LOCK_TRIES`] times. Resumable: a second call moves what the first left.
+pub async fn move_all(pool: &PgPool, campaign_id: &str) -> Result<i64, sqlx::Error> {
+    let (mut from, mut moved) = (i64::MIN, 0i64);
+    loop {
+        let mut tries = 0;
+        let batch = loop {
+            match move_batch(pool, campaign_id, from, BATCH, LOCK_WAIT).await {
+                Err(e) if is_lock_timeout(&e) && tries + 1 < LOCK_TRIES => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                other => break other?,
+            }
+        };
+        let Some((n, last)) = batch else {
+            return Ok(moved);
+        };
+        moved += n;
+        match last.checked_add(1) {
+            Some(next) => from = next,
+            None => return Ok(moved),
+        }
+    }
+}
+
 /// Whether an error is a lock wait given up (`lock_timeout`): the batch is simply tried again.
 pub fn is_lock_timeout(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(d) if d.code().as_deref() == Some("55P03"))

@@ -14,7 +14,7 @@
 //! Deployment obeys the same switch. A running pipeline polls it every `PAUSE_POLL_MS` (≤ 1 s):
 //! on seeing it, the pod stops claiming and starting sends, lets the requests in flight finish,
 //! writes their results and releases everything else. `run` on a paused campaign exits at once
-//! with [`crate::exit::PAUSED`]; `serve` idles until it is resumed.
+//! with [`crate::exit::Exit::Paused`]; `serve` idles until it is resumed.
 
 use chrono::{DateTime, NaiveTime, Utc};
 use serde::Serialize;

@@ -215,7 +215,7 @@ impl Worker {
             }
         };
         let report = report(reason, counts);
-        info!(worker = %self.name, reason = ?reason, exit_code = report.exit_code, "run finished");
+        info!(worker = %self.name, reason = ?reason, exit_code = report.exit_code.code(), "run finished");
         Ok(report)
     }
 

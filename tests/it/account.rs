@@ -111,7 +111,7 @@ async fn a_refused_account_stops_every_pod_of_the_key_within_a_second_and_fails_
     .expect("the pods did not stop after the refusal");
     for r in [&ra, &rb] {
         assert_eq!(r.reason, StopReason::AccountRefused, "{r:?}");
-        assert_eq!(r.exit_code, exit::ACCOUNT_REFUSED, "{r:?}");
+        assert_eq!(r.exit_code, exit::Exit::AccountRefused, "{r:?}");
         assert_eq!(r.stats.failed, 0, "{r:?}");
     }
     // pod-b was never refused by the provider: it stopped because the key was.
@@ -151,7 +151,7 @@ async fn a_refused_account_stops_every_pod_of_the_key_within_a_second_and_fails_
     let claimed_sql = "SELECT count(*) FROM campaign_targets WHERE claim_id IS NOT NULL";
     let claimed = count(&pool, claimed_sql).await;
     let again = run_to_end(&pool, pod_config(&p.url, "pod-c")).await;
-    assert_eq!(again.exit_code, exit::ACCOUNT_REFUSED, "{again:?}");
+    assert_eq!(again.exit_code, exit::Exit::AccountRefused, "{again:?}");
     assert_eq!(p.fake.stats().requests, before, "a request while refused");
     assert_eq!(
         count(&pool, claimed_sql).await,
@@ -179,7 +179,7 @@ async fn a_mail_url_without_its_path_is_an_endpoint_refusal_not_failed_rows(pool
     let p = provider(FakeConfig::default()).await;
     let wrong = p.url.trim_end_matches("/v1/send").to_string() + "/";
     let report = run_to_end(&pool, pod_config(&wrong, "pod-a")).await;
-    assert_eq!(report.exit_code, exit::ACCOUNT_REFUSED, "{report:?}");
+    assert_eq!(report.exit_code, exit::Exit::AccountRefused, "{report:?}");
     assert_eq!(report.campaign.failed, 0, "{report:?}");
     assert!(report.stats.requests <= 50, "kept trying: {report:?}");
     let (_, out, _) = operator(&pool, &["status", "--campaign", CAMPAIGN]).await;
@@ -193,7 +193,7 @@ async fn a_mail_url_without_its_path_is_an_endpoint_refusal_not_failed_rows(pool
     let fixed = run_to_end(&pool, pod_config(&p.url, "pod-a")).await;
     assert_eq!(
         (fixed.exit_code, fixed.campaign.sent),
-        (exit::DONE, 300),
+        (exit::Exit::Done, 300),
         "{fixed:?}"
     );
 }
@@ -230,7 +230,7 @@ async fn serve_idles_while_the_key_is_refused_and_sends_after_resume(pool: PgPoo
     .await;
     cancel.cancel();
     let report = serving.await.unwrap().unwrap();
-    assert_eq!(report.exit_code, exit::DONE);
+    assert_eq!(report.exit_code, exit::Exit::Done);
     assert_eq!(report.campaign.failed, 0);
 }
 
@@ -277,7 +277,7 @@ async fn the_daily_quota_is_never_exceeded_by_pods_joining_and_leaving(pool: PgP
     );
     for r in &reports[1..] {
         assert_eq!(r.reason, StopReason::QuotaExhausted, "{r:?}");
-        assert_eq!(r.exit_code, exit::DONE, "{r:?}");
+        assert_eq!(r.exit_code, exit::Exit::Done, "{r:?}");
     }
     let late = run_to_end(&pool, with_quota("pod-d")).await;
     assert_eq!(late.reason, StopReason::QuotaExhausted, "{late:?}");

@@ -95,7 +95,7 @@ async fn an_opted_out_member_is_never_claimed_sent_or_counted_as_remaining(pool:
 
     let p = provider(FakeConfig::default()).await;
     let report = run_to_end(&pool, config(&p.url)).await;
-    assert_eq!(report.exit_code, 0);
+    assert_eq!(report.exit_code.code(), 0);
     assert_eq!(report.campaign.opted_out, 2);
     let delivered: HashSet<i64> = p.fake.deliveries().iter().map(|d| d.member_id).collect();
     assert_eq!(delivered.len(), 18);

@@ -202,7 +202,7 @@ async fn the_events_command_runs_as_its_role_and_says_what_is_missing(pool: PgPo
     unconfirmed(&pool, 1).await;
     let db = role_url(&pool, "campaign_sender_events").await;
     let (code, _, err) = finish(spawn_sender(&["events"], &db, &[]), Duration::from_secs(30)).await;
-    assert_eq!(code, campaign_sender::exit::CONFIG as i32, "{err}");
+    assert_eq!(code, campaign_sender::exit::Exit::Config as i32, "{err}");
     assert!(err.contains("no vendor is configured"), "{err}");
 
     let (events, metrics) = (refused_addr(), refused_addr());

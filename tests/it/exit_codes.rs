@@ -18,7 +18,7 @@ async fn permanent_failures_over_one_percent_give_exit_code_2(pool: PgPool) {
         .unwrap();
     let p = provider(FakeConfig::default()).await;
     let report = run_to_end(&pool, config(&p.url)).await;
-    assert_eq!(report.exit_code, exit::TOO_MANY_FAILURES, "{report:?}");
+    assert_eq!(report.exit_code, exit::Exit::TooManyFailures, "{report:?}");
     assert_eq!(report.stats.invalid_email, 2);
     assert_eq!(
         state_of(&pool, 10).await.3.as_deref(),
@@ -40,7 +40,7 @@ async fn permanent_failures_within_one_percent_still_exit_0(pool: PgPool) {
     })
     .await;
     let report = run_to_end(&pool, config(&p.url)).await;
-    assert_eq!(report.exit_code, exit::DONE, "{report:?}");
+    assert_eq!(report.exit_code, exit::Exit::Done, "{report:?}");
     assert_eq!((report.campaign.failed, report.campaign.sent), (2, 1998));
     assert_eq!(state_of(&pool, 997).await.2, Some(422));
     // The report accounts for every request the provider saw, each once: delivered, retried
@@ -76,7 +76,7 @@ async fn failures_exactly_at_the_budget_still_finish_the_campaign_with_0(pool: P
         .unwrap();
     let p = provider(FakeConfig::default()).await;
     let report = run_to_end(&pool, config(&p.url)).await;
-    assert_eq!(report.exit_code, exit::DONE, "{report:?}");
+    assert_eq!(report.exit_code, exit::Exit::Done, "{report:?}");
     assert_eq!(
         (
             report.campaign.failed,
@@ -96,7 +96,7 @@ async fn failures_exactly_at_the_budget_still_finish_the_campaign_with_0(pool: P
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn too_many_failures_stop_the_run_early(pool: PgPool) {
     let (_, report) = run_against_an_unavailable_provider(&pool, 5000).await;
-    assert_eq!(report.exit_code, exit::TOO_MANY_FAILURES);
+    assert_eq!(report.exit_code, exit::Exit::TooManyFailures);
     // Stopped after the first batch that crossed 1 % (50 rows), not after all 5000.
     assert!(report.stats.requests <= 400, "{:?}", report.stats);
 }
@@ -129,7 +129,7 @@ async fn bad_config_gives_78_and_names_the_variable(pool: PgPool) {
         env.push((var, value));
         let (code, _, err) =
             finish(spawn_sender(&["run"], &url, &env), Duration::from_secs(30)).await;
-        assert_eq!(code, exit::CONFIG as i32, "{var}={value}: {err}");
+        assert_eq!(code, exit::Exit::Config as i32, "{var}={value}: {err}");
         assert!(
             err.contains(var),
             "{var}={value}: stderr does not name it: {err}"
@@ -141,7 +141,7 @@ async fn bad_config_gives_78_and_names_the_variable(pool: PgPool) {
         Duration::from_secs(30),
     )
     .await;
-    assert_eq!(code, exit::CONFIG as i32);
+    assert_eq!(code, exit::Exit::Config as i32);
     assert!(err.contains("MAIL_URL"), "{err}");
     // Nothing was claimed or changed.
     let touched: i64 = sqlx::query_scalar(
@@ -297,7 +297,7 @@ async fn a_missing_database_is_retried_then_gives_75_naming_it(pool: PgPool) {
         Duration::from_secs(30),
     )
     .await;
-    assert_eq!(code, exit::DATABASE_UNAVAILABLE as i32, "{err}");
+    assert_eq!(code, exit::Exit::DatabaseUnavailable as i32, "{err}");
     assert!(err.contains("retrying"), "not retried: {err}");
     assert!(
         err.contains("the database named in DATABASE_URL does not exist"),
@@ -329,7 +329,7 @@ async fn an_unreachable_database_at_start_is_retried_for_a_bounded_time_then_giv
         Duration::from_secs(30),
     )
     .await;
-    assert_eq!(code, exit::DATABASE_UNAVAILABLE as i32, "{err}");
+    assert_eq!(code, exit::Exit::DatabaseUnavailable as i32, "{err}");
     // It kept trying for the whole DB_CONNECT_RETRY_S (sqlx retries a refused connect within
     // the acquire timeout), and no longer: before the acquire timeout was capped at what is
     // left of the limit, this took 10 s.
@@ -422,7 +422,7 @@ async fn a_wrong_password_is_retried_with_backoff_then_gives_75_and_a_rotation_h
         Duration::from_secs(30),
     )
     .await;
-    assert_eq!(code, exit::DATABASE_UNAVAILABLE as i32, "{err}");
+    assert_eq!(code, exit::Exit::DatabaseUnavailable as i32, "{err}");
     gave_up_at_the_two_second_limit(t0.elapsed(), &err);
     // Backoff from 200 ms, doubling, the last wait cut to the limit: attempts at about 0, 0.2,
     // 0.6, 1.4 and 2.0 s — retried, and not in a tight loop against the server.
@@ -473,7 +473,7 @@ async fn a_wrong_password_is_retried_with_backoff_then_gives_75_and_a_rotation_h
         .await
         .unwrap();
     let (code, out, err) = finish(child, Duration::from_secs(60)).await;
-    assert_eq!(code, exit::DONE as i32, "{out}\n{err}");
+    assert_eq!(code, exit::Exit::Done as i32, "{out}\n{err}");
     assert!(err.contains("retrying"), "it never had to retry: {err}");
     assert!(!err.contains("next-pw"), "the password was printed: {err}");
     assert_eq!(states(&admin).await.get("sent"), Some(&20));

@@ -179,7 +179,7 @@ async fn a_hostile_provider_is_classified_as_documented_and_never_stalls_the_run
     let t0 = Instant::now();
     let report = run_to_end(&pool, cfg).await;
     let took = t0.elapsed();
-    assert_eq!(report.exit_code, exit::DONE, "{report:?}");
+    assert_eq!(report.exit_code, exit::Exit::Done, "{report:?}");
     // Two attempts of the slowest case (a 1.5 s read timeout each) plus backoff; the 30-s body
     // is cut at the attempt's bound (connect + read timeouts); nothing hangs.
     assert!(took < Duration::from_secs(15), "{took:?}");
@@ -233,7 +233,7 @@ async fn undeliverable_rows_fail_without_a_request_and_the_run_goes_on(pool: PgP
     let mut cfg = config(&p.url);
     cfg.max_permanent_failure_ratio = 1.0;
     let report = run_to_end(&pool, cfg).await;
-    assert_eq!(report.exit_code, exit::DONE, "{report:?}");
+    assert_eq!(report.exit_code, exit::Exit::Done, "{report:?}");
     for (id, _) in &rows {
         let (s, attempts, status, class) = state_of(&pool, *id).await;
         assert_eq!(
@@ -266,7 +266,7 @@ async fn an_unreachable_provider_fails_no_row_and_the_run_delivers_when_it_retur
     cfg.deadline_s = 3;
     let down = run_to_end(&pool, cfg.clone()).await;
     // Out of time is "done for now" (0); the report's reason and counts say what is left.
-    assert_eq!(down.exit_code, exit::DONE, "{down:?}");
+    assert_eq!(down.exit_code, exit::Exit::Done, "{down:?}");
     assert_eq!(down.reason, StopReason::Deadline, "{down:?}");
     assert_eq!(down.stats.failed, 0, "{down:?}");
     assert!(down.stats.deferred >= 2, "never tried: {down:?}");
@@ -297,7 +297,7 @@ async fn an_unreachable_provider_fails_no_row_and_the_run_delivers_when_it_retur
         .await
         .unwrap();
     let up = run_to_end(&pool, cfg).await;
-    assert_eq!(up.exit_code, exit::DONE, "{up:?}");
+    assert_eq!(up.exit_code, exit::Exit::Done, "{up:?}");
     assert_eq!(states(&pool).await.get("sent"), Some(&N));
     let s = fake.stats();
     assert_eq!(
@@ -339,7 +339,7 @@ async fn a_pod_sends_concurrently_again_as_soon_as_the_provider_answers_after_an
     .await
     .unwrap();
     let report = run.await.unwrap();
-    assert_eq!(report.exit_code, exit::DONE, "{report:?}");
+    assert_eq!(report.exit_code, exit::Exit::Done, "{report:?}");
     assert!(
         report.stats.deferred >= 1,
         "never saw the outage: {report:?}"

@@ -133,20 +133,28 @@ fn the_pod_failure_policy_fails_the_job_on_exactly_the_codes_a_person_must_act_o
         .flat_map(|r| r["onExitCodes"]["values"].as_sequence().unwrap().clone())
         .map(|v| v.as_i64().unwrap())
         .collect();
-    let expected: BTreeSet<i64> = [
-        exit::TOO_MANY_FAILURES,
-        exit::PAUSED,
-        exit::ACCOUNT_REFUSED,
-        exit::CONFIG,
-    ]
-    .iter()
-    .map(|c| *c as i64)
-    .collect();
-    assert_eq!(fail, expected);
-    // Retryable codes are not in it: a retry of the index continues the campaign.
-    for code in [exit::INCOMPLETE, exit::DATABASE_UNAVAILABLE] {
-        assert!(!fail.contains(&(code as i64)));
+    // Every code is decided here (the match has no wildcard): a person must act, or a retry of
+    // the index continues the campaign.
+    for code in exit::Exit::ALL {
+        let person_must_act = match code {
+            exit::Exit::TooManyFailures
+            | exit::Exit::Paused
+            | exit::Exit::AccountRefused
+            | exit::Exit::Config => true,
+            exit::Exit::Done
+            | exit::Exit::Incomplete
+            | exit::Exit::DataError
+            | exit::Exit::NoInput
+            | exit::Exit::DatabaseUnavailable
+            | exit::Exit::NoPermission => false,
+        };
+        assert_eq!(fail.contains(&(code as i64)), person_must_act, "{code:?}");
     }
+    let ours: BTreeSet<i64> = exit::Exit::ALL.iter().map(|c| *c as i64).collect();
+    assert!(
+        fail.is_subset(&ours),
+        "{fail:?}: a code the binary never exits with"
+    );
     let container = at(
         &job,
         "spec.podFailurePolicy.rules.0.onExitCodes.containerName",

@@ -43,7 +43,7 @@ async fn a_legacy_table_with_sent_at_rows_migrates_and_those_rows_are_never_sent
     );
     let p = provider(FakeConfig::default()).await;
     let report = run_to_end(&pool, config(&p.url)).await;
-    assert_eq!(report.exit_code, 0);
+    assert_eq!(report.exit_code.code(), 0);
     let delivered: HashSet<i64> = p.fake.deliveries().iter().map(|d| d.member_id).collect();
     assert_eq!(delivered, (61..=100).collect());
     // Another system keeps inserting legacy-shaped rows: accepted, and picked up as work.
@@ -226,7 +226,7 @@ async fn a_half_migrated_database_is_not_ready_and_the_worker_says_run_migrate(p
     .await;
     assert_eq!(
         code,
-        campaign_sender::exit::DATABASE_UNAVAILABLE as i32,
+        campaign_sender::exit::Exit::DatabaseUnavailable as i32,
         "{err}"
     );
     assert!(err.contains("run `campaign-sender migrate`"), "{err}");
@@ -263,7 +263,11 @@ async fn a_schema_check_refused_for_another_reason_fails_at_once_naming_it(pool:
         Duration::from_secs(30),
     )
     .await;
-    assert_eq!(code, campaign_sender::exit::NO_PERMISSION as i32, "{err}");
+    assert_eq!(
+        code,
+        campaign_sender::exit::Exit::NoPermission as i32,
+        "{err}"
+    );
     assert!(
         err.contains("permission denied on _sqlx_migrations"),
         "{err}"

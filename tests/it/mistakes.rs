@@ -35,7 +35,7 @@ async fn a_typo_in_a_campaign_name_changes_nothing_and_suggests_the_real_one(poo
         &["status", "--campaign", "sprng-sale"],
     ] {
         let (code, out, err) = operator(&pool, args, &[]).await;
-        assert_eq!(code, exit::UNKNOWN_CAMPAIGN as i32, "{args:?}: {out}{err}");
+        assert_eq!(code, exit::Exit::Incomplete as i32, "{args:?}: {out}{err}");
         assert!(
             err.contains("no campaign 'sprng-sale' (known: autumn-sale, spring-sale; did you mean spring-sale?)"),
             "{args:?}: {err}"
@@ -53,7 +53,7 @@ async fn a_typo_in_a_campaign_name_changes_nothing_and_suggests_the_real_one(poo
 async fn configure_creates_a_campaign_only_when_asked_to(pool: PgPool) {
     let args = ["configure", "--campaign", "new-one", "--template", "t1"];
     let (code, _, err) = operator(&pool, &args, &[]).await;
-    assert_eq!(code, exit::UNKNOWN_CAMPAIGN as i32, "{err}");
+    assert_eq!(code, exit::Exit::Incomplete as i32, "{err}");
     assert!(err.contains("none yet"), "{err}");
     assert_eq!(settings_rows(&pool).await, 0);
     let (code, out, err) = operator(&pool, &[&args[..], &["--create"]].concat(), &[]).await;
@@ -139,7 +139,7 @@ async fn a_refused_login_or_an_unknown_database_is_said_at_once_to_an_operator()
             Duration::from_secs(60),
         )
         .await;
-        assert_eq!(code, exit::DATABASE_UNAVAILABLE as i32, "{err}");
+        assert_eq!(code, exit::Exit::DatabaseUnavailable as i32, "{err}");
         assert!(err.contains(expected), "{err}");
         assert!(
             !err.contains("retrying"),
@@ -184,7 +184,7 @@ async fn a_closed_port_is_waited_for_and_named_as_a_refused_connection() {
         Duration::from_secs(60),
     )
     .await;
-    assert_eq!(code, exit::DATABASE_UNAVAILABLE as i32, "{err}");
+    assert_eq!(code, exit::Exit::DatabaseUnavailable as i32, "{err}");
     assert!(
         t0.elapsed() >= Duration::from_millis(1800),
         "not waited for: {:?}",
@@ -214,7 +214,7 @@ async fn a_missing_grant_is_a_permission_error_naming_the_table_and_the_grant(po
         Duration::from_secs(60),
     )
     .await;
-    assert_eq!(code, exit::NO_PERMISSION as i32, "{err}");
+    assert_eq!(code, exit::Exit::NoPermission as i32, "{err}");
     assert!(err.contains("permission denied on campaigns"), "{err}");
     assert!(
         err.contains("the role campaign_sender_worker lacks a grant"),
@@ -244,7 +244,7 @@ async fn a_missing_grant_is_a_permission_error_naming_the_table_and_the_grant(po
         Duration::from_secs(20),
     )
     .await;
-    assert_eq!(code, exit::NO_PERMISSION as i32, "{err}");
+    assert_eq!(code, exit::Exit::NoPermission as i32, "{err}");
     assert!(
         err.contains("permission denied on _sqlx_migrations"),
         "{err}"
@@ -265,7 +265,7 @@ async fn a_mail_url_without_its_scheme_says_to_add_it(pool: PgPool) {
             Duration::from_secs(30),
         )
         .await;
-        assert_eq!(code, exit::CONFIG as i32, "{err}");
+        assert_eq!(code, exit::Exit::Config as i32, "{err}");
         assert!(
             err.contains(&format!(
                 "MAIL_URL: must start with http:// or https:// (got '{value}')"
@@ -319,7 +319,7 @@ async fn imported(pool: &PgPool) -> i64 {
 async fn a_csv_with_another_separator_is_named_and_read_with_delimiter(pool: PgPool) {
     let semi = "member_id;email\n1;a@example.com\n2;b@example.com\n";
     let (code, _, err) = import(&pool, semi, &[]).await;
-    assert_eq!(code, exit::DATA_ERROR as i32, "{err}");
+    assert_eq!(code, exit::Exit::DataError as i32, "{err}");
     assert!(
         err.contains("line 1: the fields are separated by ';', not ',': pass --delimiter ';'"),
         "{err}"
@@ -331,7 +331,7 @@ async fn a_csv_with_another_separator_is_named_and_read_with_delimiter(pool: PgP
     assert!(out.contains("2 imported"), "{out}");
     let tabs = "3\tc@example.com\n";
     let (code, _, err) = import(&pool, tabs, &[]).await;
-    assert_eq!(code, exit::DATA_ERROR as i32);
+    assert_eq!(code, exit::Exit::DataError as i32);
     assert!(err.contains("pass --delimiter tab"), "{err}");
     let (code, _, err) = import(&pool, tabs, &["--delimiter", "tab"]).await;
     assert_eq!(code, 0, "{err}");
@@ -341,7 +341,7 @@ async fn a_csv_with_another_separator_is_named_and_read_with_delimiter(pool: PgP
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn a_header_without_member_id_names_the_header_expected(pool: PgPool) {
     let (code, _, err) = import(&pool, "id,email\n1,a@example.com\n", &[]).await;
-    assert_eq!(code, exit::DATA_ERROR as i32, "{err}");
+    assert_eq!(code, exit::Exit::DataError as i32, "{err}");
     assert!(
         err.contains("line 1: a header without a member_id column: expected member_id,email (found 'id,email')"),
         "{err}"
@@ -353,7 +353,7 @@ async fn a_header_without_member_id_names_the_header_expected(pool: PgPool) {
 async fn an_empty_file_is_an_error_unless_allowed(pool: PgPool) {
     for text in ["", "member_id,email\n", "\n\n"] {
         let (code, out, err) = import(&pool, text, &[]).await;
-        assert_eq!(code, exit::DATA_ERROR as i32, "{text:?}: {out}{err}");
+        assert_eq!(code, exit::Exit::DataError as i32, "{text:?}: {out}{err}");
         assert!(err.contains("no records in the input"), "{err}");
     }
     let (code, out, err) = import(&pool, "member_id,email\n", &["--allow-empty"]).await;
@@ -454,19 +454,19 @@ async fn a_campaign_id_that_cannot_travel_is_refused_where_it_is_made_and_sent(p
         ("a:b", "':' (U+003A)"),
     ] {
         let (code, _, err) = import_as(&pool, id, csv, &[]).await;
-        assert_eq!(code, exit::CONFIG as i32, "{id:?}: {err}");
+        assert_eq!(code, exit::Exit::Config as i32, "{id:?}: {err}");
         assert!(
             err.contains(shown) && err.contains("A-Z a-z 0-9 _ -"),
             "{id:?}: {err}"
         );
         let args = ["configure", "--campaign", id, "--template", "t", "--create"];
         let (code, _, err) = operator(&pool, &args, &[]).await;
-        assert_eq!(code, exit::CONFIG as i32, "{id:?}: {err}");
+        assert_eq!(code, exit::Exit::Config as i32, "{id:?}: {err}");
         assert!(err.contains(shown), "{id:?}: {err}");
     }
     let long = "x".repeat(129);
     let (code, _, err) = import_as(&pool, &long, csv, &[]).await;
-    assert_eq!(code, exit::CONFIG as i32, "{err}");
+    assert_eq!(code, exit::Exit::Config as i32, "{err}");
     assert!(err.contains("at most 128") && err.len() < 400, "{err}");
     assert_eq!(imported(&pool).await, 0, "a row was imported");
     assert_eq!(settings_rows(&pool).await, 0, "a settings row was created");
@@ -489,7 +489,7 @@ async fn a_campaign_id_that_cannot_travel_is_refused_where_it_is_made_and_sent(p
         Duration::from_secs(30),
     )
     .await;
-    assert_eq!(code, exit::CONFIG as i32, "{err}");
+    assert_eq!(code, exit::Exit::Config as i32, "{err}");
     assert!(
         err.contains("CAMPAIGN_ID") && err.contains("'.' (U+002E)"),
         "{err}"
@@ -503,7 +503,7 @@ async fn a_campaign_id_that_cannot_travel_is_refused_where_it_is_made_and_sent(p
         Duration::from_secs(30),
     )
     .await;
-    assert_eq!(code, exit::CONFIG as i32, "{err}");
+    assert_eq!(code, exit::Exit::Config as i32, "{err}");
     assert!(
         err.contains("WORKER_ID") && !err.contains("MAIL_URL"),
         "{err}"
@@ -526,7 +526,7 @@ async fn a_stream_cut_mid_line_imports_nothing_and_a_file_without_a_final_newlin
     let db = operator_url(&pool).await;
     let cut = "member_id,email\n1,a@example.com\n2,b@example.co";
     let (code, out, err) = import(&pool, cut, &[]).await;
-    assert_eq!(code, exit::DATA_ERROR as i32, "{out}\n{err}");
+    assert_eq!(code, exit::Exit::DataError as i32, "{out}\n{err}");
     assert!(err.contains("ended in the middle of a line"), "{err}");
     let rows = || async {
         sqlx::query_scalar::<_, i64>("SELECT count(*) FROM campaign_targets")

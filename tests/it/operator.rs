@@ -72,7 +72,7 @@ async fn import_rejects_a_bad_file_atomically_naming_lines_but_never_addresses(p
         &[],
     );
     let (code, out, err) = finish(child, Duration::from_secs(60)).await;
-    assert_eq!(code, exit::DATA_ERROR as i32, "{out}\n{err}");
+    assert_eq!(code, exit::Exit::DataError as i32, "{out}\n{err}");
     for line in ["line 5002", "line 5003", "line 5004", "repeats line 18"] {
         assert!(err.contains(line), "stderr does not name {line:?}: {err}");
     }
@@ -284,7 +284,7 @@ async fn import_of_a_missing_file_gives_66(pool: PgPool) {
         &[],
     );
     let (code, _, err) = finish(child, Duration::from_secs(30)).await;
-    assert_eq!(code, exit::NO_INPUT as i32, "{err}");
+    assert_eq!(code, exit::Exit::NoInput as i32, "{err}");
 }
 
 // --- pause / resume -------------------------------------------------------------------------
@@ -314,7 +314,7 @@ async fn a_running_worker_obeys_a_pause_within_a_second_and_starts_no_request_af
         .unwrap();
     let stopped_after = paused_at.elapsed();
     assert_eq!(report.reason, StopReason::Paused, "{report:?}");
-    assert_eq!(report.exit_code, exit::PAUSED);
+    assert_eq!(report.exit_code, exit::Exit::Paused);
     // In-flight requests (150 ms) finished and were written; nothing new started after 1 s.
     assert!(stopped_after < Duration::from_secs(2), "{stopped_after:?}");
     let last_start = p
@@ -343,7 +343,7 @@ async fn a_running_worker_obeys_a_pause_within_a_second_and_starts_no_request_af
     let mut cfg = config(&p.url);
     cfg.mail_rate_per_s = 5000;
     let report = run_to_end(&pool, cfg).await;
-    assert_eq!(report.exit_code, exit::DONE, "{report:?}");
+    assert_eq!(report.exit_code, exit::Exit::Done, "{report:?}");
     assert_eq!(states(&pool).await.get("sent"), Some(&3000));
     assert_eq!(p.fake.stats().members_delivered_more_than_once, 0);
 }
@@ -374,7 +374,7 @@ async fn run_on_a_paused_campaign_exits_3_at_once_and_sends_nothing(pool: PgPool
         Duration::from_secs(30),
     )
     .await;
-    assert_eq!(code, exit::PAUSED as i32, "{out}\n{err}");
+    assert_eq!(code, exit::Exit::Paused as i32, "{out}\n{err}");
     assert!(t0.elapsed() < Duration::from_secs(10));
     assert!(
         err.contains("resume"),
@@ -390,7 +390,7 @@ async fn run_on_a_paused_campaign_exits_3_at_once_and_sends_nothing(pool: PgPool
         Duration::from_secs(60),
     )
     .await;
-    assert_eq!(code, exit::DONE as i32, "{out}\n{err}");
+    assert_eq!(code, exit::Exit::Done as i32, "{out}\n{err}");
     assert_eq!(states(&pool).await.get("sent"), Some(&100));
 }
 
@@ -496,7 +496,7 @@ async fn serve_waits_on_an_automatic_pause_instead_of_crash_looping(pool: PgPool
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn crossing_the_failure_threshold_pauses_the_campaign_and_status_says_why(pool: PgPool) {
     let (p, report) = run_against_an_unavailable_provider(&pool, 2000).await;
-    assert_eq!(report.exit_code, exit::TOO_MANY_FAILURES, "{report:?}");
+    assert_eq!(report.exit_code, exit::Exit::TooManyFailures, "{report:?}");
     let s = status::gather(&pool, CAMPAIGN, 0.01).await.unwrap();
     let pause = s.paused.clone().expect("not paused");
     assert_eq!(pause.by, campaigns::BY_AUTO);
@@ -640,7 +640,7 @@ async fn retry_failed_from_the_command_line_prints_how_many_and_they_are_sent(po
     // The 5 opted-out failures stay failed: allow them.
     cfg.max_permanent_failure_ratio = 0.2;
     let report = run_to_end(&pool, cfg).await;
-    assert_eq!(report.exit_code, exit::DONE, "{report:?}");
+    assert_eq!(report.exit_code, exit::Exit::Done, "{report:?}");
     let st = states(&pool).await;
     assert_eq!(st.get("sent"), Some(&45), "{st:?}");
     assert_eq!(st.get("failed"), Some(&5), "{st:?}");
@@ -664,7 +664,7 @@ async fn status_json_shows_counts_rate_eta_and_failure_reasons(pool: PgPool) {
     })
     .await;
     let report = run_to_end(&pool, config(&p.url)).await;
-    assert_eq!(report.exit_code, exit::DONE, "{report:?}");
+    assert_eq!(report.exit_code, exit::Exit::Done, "{report:?}");
     let db = operator_url(&pool).await;
     let child = spawn_sender(&["status", "--campaign", CAMPAIGN, "--json"], &db, &[]);
     let (code, out, err) = finish(child, Duration::from_secs(30)).await;
@@ -745,7 +745,7 @@ async fn a_settings_row_sets_the_template_and_threshold_and_none_is_needed(pool:
     let p = provider(FakeConfig::default()).await;
     assert_eq!(
         run_to_end(&pool, config(&p.url)).await.exit_code,
-        exit::DONE
+        exit::Exit::Done
     );
     assert!(p.fake.deliveries().iter().all(|d| d.template == CAMPAIGN));
 
@@ -790,7 +790,7 @@ async fn a_settings_row_sets_the_template_and_threshold_and_none_is_needed(pool:
     let report = run_to_end(&pool, config(&p.url)).await;
     assert_eq!(
         report.exit_code,
-        exit::DONE,
+        exit::Exit::Done,
         "the campaign's threshold was ignored: {report:?}"
     );
     let d = p.fake.deliveries();

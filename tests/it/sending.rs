@@ -111,7 +111,7 @@ async fn a_cancelled_run_releases_unsent_rows_at_once(pool: PgPool) {
     };
     let (report, ()) = tokio::join!(w.run(cancel.clone()), stop);
     let report = report.unwrap();
-    assert_eq!(report.exit_code, 1);
+    assert_eq!(report.exit_code.code(), 1);
     let st = states(&pool).await;
     assert_eq!(
         st.get("sending"),
@@ -149,7 +149,7 @@ async fn run_sampling_held(pool: &PgPool, cfg: RunConfig) -> (RunReport, i64) {
     let report = w.run(CancellationToken::new()).await.unwrap();
     done.cancel();
     let (max, samples) = sampler.await.unwrap();
-    assert_eq!(report.exit_code, 0, "{report:?}");
+    assert_eq!(report.exit_code.code(), 0, "{report:?}");
     assert!(
         samples > 20,
         "too few samples ({samples}) to see the holding"
@@ -267,7 +267,7 @@ async fn the_idempotency_key_is_the_same_on_every_attempt(pool: PgPool) {
     })
     .await;
     let report = run_to_end(&pool, config(&p.url)).await;
-    assert_eq!(report.exit_code, 0);
+    assert_eq!(report.exit_code.code(), 0);
     let stats = p.fake.stats();
     assert_eq!(
         (stats.faults_503, stats.delivered, stats.requests),
@@ -380,7 +380,7 @@ async fn a_result_write_that_keeps_failing_is_given_up_counted_and_its_rows_retu
         .await
         .unwrap();
     let report = run.await.unwrap();
-    assert_eq!(report.exit_code, 0, "{report:?}");
+    assert_eq!(report.exit_code.code(), 0, "{report:?}");
     assert_eq!(report.campaign.sent, N, "{report:?}");
     assert_eq!(report.stats.finish_errors, 1, "{report:?}");
     let s = p.fake.stats();

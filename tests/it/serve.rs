@@ -215,7 +215,7 @@ async fn run_and_serve_refuse_a_campaign_that_does_not_exist_unless_told_to_wait
             finish(spawn_sender(cmd, &url, &typo), Duration::from_secs(30)).await;
         assert_eq!(
             code,
-            campaign_sender::exit::UNKNOWN_CAMPAIGN as i32,
+            campaign_sender::exit::Exit::Incomplete as i32,
             "{cmd:?}: {out}\n{err}"
         );
         assert!(err.contains("did you mean spring-sale?"), "{cmd:?}: {err}");

@@ -46,7 +46,7 @@ async fn a_bad_line_changes_nothing_and_a_good_file_lists_each_address_once_in_l
     bad.push("not-an-address,complaint"); // line 7
     bad.push("member4@example.com,two words"); // line 8
     let (code, out, err) = suppress(&pool, &bad, &[]).await;
-    assert_eq!(code, exit::DATA_ERROR as i32, "{out}\n{err}");
+    assert_eq!(code, exit::Exit::DataError as i32, "{out}\n{err}");
     assert!(err.contains("line 7") && err.contains("line 8"), "{err}");
     assert!(
         !err.contains('@') && !out.contains('@'),
@@ -171,6 +171,10 @@ async fn a_block_of_listed_rows_does_not_stall_the_run(pool: PgPool) {
     let report = tokio::time::timeout(Duration::from_secs(12), run_to_end(&pool, cfg))
         .await
         .expect("the run idled behind listed rows");
-    assert_eq!((report.exit_code, report.stats.sent), (0, 20), "{report:?}");
+    assert_eq!(
+        (report.exit_code.code(), report.stats.sent),
+        (0, 20),
+        "{report:?}"
+    );
     assert_eq!(states(&pool).await.get("suppressed"), Some(&480));
 }

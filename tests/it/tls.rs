@@ -77,7 +77,7 @@ async fn a_worker_on_verify_full_delivers_the_campaign_over_an_encrypted_connect
         Duration::from_secs(60),
     )
     .await;
-    assert_eq!(code, exit::DONE as i32, "{out}\n{err}");
+    assert_eq!(code, exit::Exit::Done as i32, "{out}\n{err}");
     assert_eq!(states(&pool).await.get("sent"), Some(&200));
     assert_eq!(p.fake.stats().delivered, 200);
 }
@@ -133,7 +133,7 @@ async fn verify_full_refuses_a_server_it_cannot_verify() {
         Duration::from_secs(30),
     )
     .await;
-    assert_eq!(code, exit::DATABASE_UNAVAILABLE as i32, "{err}");
+    assert_eq!(code, exit::Exit::DatabaseUnavailable as i32, "{err}");
     assert!(err.to_lowercase().contains("certificate"), "{err}");
     assert_eq!(p.fake.stats().requests, 0);
 }
@@ -198,7 +198,7 @@ async fn an_https_provider_whose_certificate_we_cannot_verify_gets_no_request(po
     let mut cfg = config(&format!("https://localhost:{port}/v1/send"));
     cfg.deadline_s = 2;
     let report = run_to_end(&pool, cfg).await;
-    assert_eq!(report.exit_code, exit::DONE, "{report:?}");
+    assert_eq!(report.exit_code, exit::Exit::Done, "{report:?}");
     assert_eq!(report.reason, StopReason::Deadline, "{report:?}");
     assert_eq!(report.stats.failed, 0, "{report:?}");
     assert!(report.stats.deferred >= 1, "never tried: {report:?}");
@@ -255,7 +255,7 @@ async fn a_provider_behind_a_private_ca_is_trusted_only_with_mail_ca_file(pool: 
     let mut trusted = config(&url);
     trusted.mail_ca_file = ca("ca.crt");
     let report = run_to_end(&pool, trusted).await;
-    assert_eq!(report.exit_code, exit::DONE, "{report:?}");
+    assert_eq!(report.exit_code, exit::Exit::Done, "{report:?}");
     assert_eq!(states(&pool).await.get("sent"), Some(&5), "{report:?}");
     assert_eq!(fake.deliveries().len(), 5);
 }

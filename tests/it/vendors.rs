@@ -139,7 +139,7 @@ async fn every_vendor_drains_through_faults_and_its_own_429s_mailing_nobody_twic
         cfg.mail_rate_per_s = 1000; // above the fake's limit: its 429s must be read right
         let report = run_to_end(&pool, cfg).await;
         let s = p.fake.stats();
-        assert_eq!(report.exit_code, 0, "{vendor}: {report:?}");
+        assert_eq!(report.exit_code.code(), 0, "{vendor}: {report:?}");
         assert!(
             s.throttled_429 > 0,
             "{vendor}: the fake never throttled: {s:?}"
@@ -174,7 +174,7 @@ async fn an_unknown_outcome_is_sent_again_only_where_the_vendor_has_a_key(pool: 
         };
         let (p, report) = drain_through(&pool, (vendor, extra), 20, late).await;
         let s = p.fake.stats();
-        assert_eq!(report.exit_code, 0, "{vendor}: {report:?}");
+        assert_eq!(report.exit_code.code(), 0, "{vendor}: {report:?}");
         assert_eq!(
             s.members_delivered_more_than_once, 0,
             "{vendor}: mailed twice: {s:?}"
@@ -214,7 +214,7 @@ async fn a_listed_address_is_suppressed_at_postmark_and_accepted_by_the_others(p
         }]);
         let report = run_to_end(&pool, vendor_config(vendor, &base_of(&p), extra)).await;
         assert_eq!(
-            (report.exit_code, report.stats.failed),
+            (report.exit_code.code(), report.stats.failed),
             (0, 0),
             "{vendor}: {report:?}"
         );
@@ -294,7 +294,7 @@ async fn the_csvs_extra_columns_reach_the_vendor_as_template_data(pool: PgPool) 
     .await;
     assert_eq!(
         code,
-        campaign_sender::exit::DATA_ERROR as i32,
+        campaign_sender::exit::Exit::DataError as i32,
         "{out}\n{err}"
     );
     assert!(err.contains("column 3's name"), "{err}");
@@ -405,7 +405,7 @@ async fn the_vendors_own_quota_stops_the_fleet_done_for_now_and_status_says_unti
         let key = cfg.limit_key();
         let report = run_to_end(&pool, cfg.clone()).await;
         assert_eq!(
-            (report.reason, report.exit_code, report.stats.failed),
+            (report.reason, report.exit_code.code(), report.stats.failed),
             (campaign_sender::report::StopReason::QuotaExhausted, 0, 0),
             "{vendor}: {report:?}"
         );
@@ -517,7 +517,11 @@ async fn a_vendor_run_without_a_sender_or_with_an_id_its_tags_refuse_exits_78_se
         Duration::from_secs(60),
     )
     .await;
-    assert_eq!(code, campaign_sender::exit::CONFIG as i32, "{out}\n{err}");
+    assert_eq!(
+        code,
+        campaign_sender::exit::Exit::Config as i32,
+        "{out}\n{err}"
+    );
     assert!(
         err.contains("configure --campaign spring-sale --from"),
         "{err}"
@@ -529,7 +533,11 @@ async fn a_vendor_run_without_a_sender_or_with_an_id_its_tags_refuse_exits_78_se
         Duration::from_secs(60),
     )
     .await;
-    assert_eq!(code, campaign_sender::exit::CONFIG as i32, "{out}\n{err}");
+    assert_eq!(
+        code,
+        campaign_sender::exit::Exit::Config as i32,
+        "{out}\n{err}"
+    );
     assert!(
         err.contains("CAMPAIGN_ID") && err.contains("A-Z a-z 0-9 _ -"),
         "{err}"
@@ -611,7 +619,7 @@ async fn ses_by_web_identity_assumes_the_role_and_refreshes_the_keys_before_they
     cfg.mail_rate_per_s = 100; // two seconds of sending
     let report = run_to_end(&pool, cfg).await;
     assert_eq!(
-        (report.exit_code, report.stats.sent),
+        (report.exit_code.code(), report.stats.sent),
         (0, 200),
         "{report:?}"
     );
@@ -641,7 +649,11 @@ async fn ses_by_web_identity_assumes_the_role_and_refreshes_the_keys_before_they
     ];
     let (code, out, err) = finish(spawn_sender(&["run"], &db, &env), Duration::from_secs(60)).await;
     let _ = std::fs::remove_file(&token);
-    assert_eq!(code, campaign_sender::exit::CONFIG as i32, "{out}\n{err}");
+    assert_eq!(
+        code,
+        campaign_sender::exit::Exit::Config as i32,
+        "{out}\n{err}"
+    );
     assert!(err.contains("AccessDenied"), "{err}");
     assert!(
         !err.contains("another-token"),

@@ -75,7 +75,7 @@ async fn a_malformed_window_or_unknown_zone_exits_78_naming_it_and_changes_nothi
         (&["--timezone", "Asia/Tokyo"], "give --window too"),
     ] {
         let (code, out, err) = operator(&pool, &[&base[..], args].concat()).await;
-        assert_eq!(code, exit::CONFIG as i32, "{args:?}: {out}{err}");
+        assert_eq!(code, exit::Exit::Config as i32, "{args:?}: {out}{err}");
         assert!(err.contains(named), "{args:?}: {err}");
         assert_eq!(
             window_columns(&pool).await,
@@ -100,7 +100,7 @@ async fn a_malformed_window_or_unknown_zone_exits_78_naming_it_and_changes_nothi
     assert!(out.contains("22:00-06:00 Asia/Tokyo"), "{out}");
     // A bad value later leaves the window that was set.
     let (code, _, _) = operator(&pool, &[&base[..], &["--timezone", "Asia/Tokio"]].concat()).await;
-    assert_eq!(code, exit::CONFIG as i32);
+    assert_eq!(code, exit::Exit::Config as i32);
     let set = Some((Some("22:00:00".to_string()), Some("Asia/Tokyo".to_string())));
     assert_eq!(window_columns(&pool).await, set);
 
@@ -121,7 +121,7 @@ async fn run_outside_the_window_sends_nothing_and_exits_done_for_now_at_once(poo
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let child = spawn_sender(&["run"], &db, &env);
     let (code, out, err) = finish(child, Duration::from_secs(30)).await;
-    assert_eq!(code, exit::DONE as i32, "{out}{err}");
+    assert_eq!(code, exit::Exit::Done as i32, "{out}{err}");
     assert!(
         t0.elapsed() < Duration::from_secs(5),
         "took {:?}",
@@ -178,7 +178,7 @@ async fn when_the_window_closes_no_request_starts_and_the_pod_exits_within_5_s(p
     let (code, out, err) = finish(child, Duration::from_secs(60)).await;
     let exited = Utc::now();
 
-    assert_eq!(code, exit::DONE as i32, "{out}{err}");
+    assert_eq!(code, exit::Exit::Done as i32, "{out}{err}");
     assert!(out.contains("\"reason\":\"window_closed\""), "{out}");
     assert!(
         exited < end + chrono::Duration::seconds(5),
@@ -239,7 +239,7 @@ async fn a_window_changed_to_closed_stops_a_running_pod(pool: PgPool) {
         .expect("the pod kept running after its window was closed")
         .unwrap();
     assert_eq!(report.reason, StopReason::WindowClosed, "{report:?}");
-    assert_eq!(report.exit_code, exit::DONE);
+    assert_eq!(report.exit_code, exit::Exit::Done);
     assert!(states(&pool).await.get("pending").copied().unwrap_or(0) > 0);
 }
 
@@ -279,7 +279,7 @@ async fn serve_idles_until_the_window_opens_then_sends(pool: PgPool) {
     assert_eq!(early, 0, "sent before the window opened");
     cancel.cancel();
     let report = serving.await.unwrap().unwrap();
-    assert_eq!(report.exit_code, exit::DONE);
+    assert_eq!(report.exit_code, exit::Exit::Done);
 }
 
 /// Claims take rows highest priority first, then by member; a high-priority row waiting out a
@@ -350,7 +350,7 @@ async fn a_restarted_pod_does_not_start_a_new_time_budget(pool: PgPool) {
     .unwrap();
     let restarted = run_to_end(&pool, cfg.clone()).await;
     assert_eq!(restarted.reason, StopReason::Deadline, "{restarted:?}");
-    assert_eq!(restarted.exit_code, exit::DONE, "{restarted:?}");
+    assert_eq!(restarted.exit_code, exit::Exit::Done, "{restarted:?}");
     assert_eq!(
         p.fake.stats().requests,
         0,
@@ -405,7 +405,7 @@ async fn import_reads_priority_and_send_after_and_refuses_a_bad_priority_whole(p
         &["import", "--campaign", "other", bad.to_str().unwrap()],
     )
     .await;
-    assert_eq!(code, exit::DATA_ERROR as i32, "{out}{err}");
+    assert_eq!(code, exit::Exit::DataError as i32, "{out}{err}");
     assert!(
         err.contains("line 3") && err.contains("priority 'high' is not an integer"),
         "{err}"
