@@ -11,6 +11,7 @@ use uuid::Uuid;
 use super::pacer::MIN_RATE_PER_S;
 use super::quota;
 use crate::outcome::Refusal;
+pub use crate::store::rate::{LimitRow, PodRow};
 
 /// How long a given-up rate stays committed to the pod that gave it up (after a change, and
 /// after its share expired): the longest a request may leave the process after its token was
@@ -42,26 +43,7 @@ fn delta(d: Duration) -> chrono::TimeDelta {
     chrono::TimeDelta::from_std(d).unwrap_or(chrono::TimeDelta::MAX)
 }
 
-/// One pod's row in `rate_pods`.
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
-pub struct PodRow {
-    pub pod_id: Uuid,
-    /// 1 with work to send, 0 idle.
-    pub weight: f64,
-    /// Its `MAIL_RATE_PER_S`; the fleet uses the smallest among live pods.
-    pub limit_per_s: f64,
-    /// The rate it may pace at now.
-    pub share_per_s: f64,
-    /// What was committed to it just before its last change.
-    pub prev_share_per_s: f64,
-    pub share_changed_at: DateTime<Utc>,
-    /// It stops sending by itself before this unless it renews.
-    pub expires_at: DateTime<Utc>,
-    /// Daily-quota attempts granted to it and spent by it, cumulative ([`quota`]).
-    pub quota_granted: i64,
-    pub quota_spent: i64,
-}
-
+/// What a pod's row means for the round (the row itself is the store's: [`PodRow`]).
 impl PodRow {
     /// The rate this pod may still be sending at, at `now`: what every other pod must leave it.
     pub fn committed(&self, now: DateTime<Utc>) -> f64 {
@@ -84,30 +66,6 @@ impl PodRow {
     pub fn quota_outstanding(&self) -> i64 {
         (self.quota_granted - self.quota_spent).max(0)
     }
-}
-
-/// The key's row in `rate_limits`: the effective (AIMD) limit, the fleet-wide pause, a
-/// refusal, a live limit and the daily quota.
-#[derive(Debug, Clone, PartialEq, Default, sqlx::FromRow)]
-pub struct LimitRow {
-    pub effective_per_s: f64,
-    pub paused_until: Option<DateTime<Utc>>,
-    pub last_decrease_at: Option<DateTime<Utc>>,
-    pub updated_at: DateTime<Utc>,
-    /// The provider refused the account or the endpoint: no pod of the key sends until an
-    /// operator lifts it (`campaign-sender resume`).
-    pub refused_at: Option<DateTime<Utc>>,
-    pub refused_status: Option<i16>,
-    pub refused_kind: Option<String>,
-    pub refused_campaign: Option<String>,
-    /// `campaign-sender limit --rate`: the fleet's limit instead of the pods' own while set.
-    pub override_per_s: Option<f64>,
-    /// The limit `effective_per_s` was last computed against: a changed limit rescales it.
-    pub base_per_s: Option<f64>,
-    /// The pods' `MAIL_DAILY_QUOTA`, for `status`.
-    pub daily_quota: Option<i64>,
-    /// The vendor's own quota is used up until then: no pod of the key sends.
-    pub vendor_quota_until: Option<DateTime<Utc>>,
 }
 
 /// What the provider refused, as the pod that saw it reports it.
