@@ -10,6 +10,7 @@
 #   src/exit.rs           the one exit-code rule
 #   src/provider/*        each vendor's request and answer table (not mod.rs: the client, judged
 #                         by the integration suite)
+#   src/worker/held.rs    the rows a pass holds: counting, room, the early-write mark
 # (`retrying` and `retrying_if`, the rule applied to a statement, are judged by the integration tests:
 # scripts/mutants-it.sh.) Fails if any mutant survives; a mutant that makes a test hang is cut
 # at --timeout and counted caught (the suite did not pass).
@@ -21,7 +22,7 @@ cd "$(dirname "$0")/.."
 files=(src/outcome.rs src/rate/plan.rs src/rate/pacer.rs src/store/outage.rs src/exit.rs
   src/provider/answer.rs src/provider/json.rs src/provider/sendgrid.rs src/provider/ses.rs
   src/provider/postmark.rs src/provider/mailgun.rs src/provider/resend.rs src/provider/profile.rs
-  src/provider/kind.rs)
+  src/provider/kind.rs src/worker/held.rs)
 args=()
 if [ "${1:-}" = --in-diff ]; then
   diff=target/mutants-cargo.diff

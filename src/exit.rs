@@ -145,6 +145,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn each_exit_is_its_number_in_the_process_status_and_the_report() {
+        let numbers: Vec<u8> = Exit::ALL.iter().map(|e| e.code()).collect();
+        assert_eq!(numbers, [0, 1, 2, 3, 4, 65, 66, 75, 77, 78]);
+        assert_eq!(serde_json::json!(Exit::Config), 78);
+    }
+
+    #[test]
     fn an_interrupted_command_exits_128_plus_its_signal_as_a_shell_reports_it() {
         assert_eq!(interrupted(), 130, "none noted: as for Ctrl-C");
         note_signal(15);

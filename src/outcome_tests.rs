@@ -470,3 +470,68 @@ fn a_vendors_quota_releases_the_row_and_an_inactive_recipient_is_suppressed() {
         }
     );
 }
+
+#[test]
+fn each_resolution_is_written_as_its_row_state_with_what_it_knows() {
+    let sent = Resolution::Sent {
+        status: 202,
+        message_id: Some("m-1".into()),
+    }
+    .written();
+    assert_eq!(
+        (sent.state, sent.attempted, sent.status, sent.error),
+        (RowState::Sent, true, Some(202), None)
+    );
+    assert_eq!(
+        sent.message_id.as_deref(),
+        Some("m-1"),
+        "the vendor's id kept"
+    );
+    let inactive = Resolution::Suppressed { status: 422 }.written();
+    assert_eq!(
+        (inactive.state, inactive.error),
+        (RowState::Suppressed, Some("inactive"))
+    );
+    let unknown = Resolution::RetryAfter {
+        delay: Duration::from_millis(1500),
+        status: None,
+        class: ErrorClass::Timeout,
+    }
+    .written();
+    assert_eq!(
+        (unknown.state, unknown.unknown, unknown.delay_ms),
+        (RowState::Pending, true, Some(1500)),
+        "a timeout may have been delivered: its window starts"
+    );
+    let released = Resolution::Released {
+        class: ErrorClass::Released,
+    }
+    .written();
+    assert!(!released.attempted, "the claim's attempt is given back");
+    let deferred = Resolution::Deferred {
+        delay: Duration::from_secs(2),
+        class: ErrorClass::Connect,
+    }
+    .written();
+    assert_eq!(
+        (deferred.attempted, deferred.unknown, deferred.delay_ms),
+        (false, false, Some(2000))
+    );
+    let failed = Resolution::Failed {
+        status: Some(400),
+        class: ErrorClass::Rejected,
+    }
+    .written();
+    assert_eq!(
+        (failed.state, failed.status, failed.error),
+        (RowState::Failed, Some(400), Some("rejected"))
+    );
+    let unconfirmed = Resolution::Unconfirmed {
+        class: ErrorClass::Transport,
+    }
+    .written();
+    assert_eq!(
+        (unconfirmed.state, unconfirmed.unknown),
+        (RowState::Unconfirmed, true)
+    );
+}

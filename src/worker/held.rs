@@ -144,7 +144,10 @@ mod tests {
         .await
         .expect("the waiting claimer asks for an early write");
         assert!(!held.makes_room(5, 5), "5 held are not below 5");
-        held.forget(claim, &[0, 1, 2, 3, 4, 5]);
+        held.forget(claim, &[0, 1, 2, 3, 4]);
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert!(!waiter.is_finished(), "5 held: still no room below 5");
+        held.forget(claim, &[5]);
         tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
             .await
             .expect("room made wakes the claimer")

@@ -33,7 +33,7 @@
 //!
 //! Memory is flat in campaign size, and what a SIGKILL can leave `sending` is bounded: a pod holds
 //! fewer than `BATCH_SIZE + low_water` rows at any moment (room is made only when a row's result
-//! is written, in `Pipeline::forget`; the flusher writes early when the claimer waits for room).
+//! is written, in `Held::forget`; the flusher writes early when the claimer waits for room).
 
 mod claim;
 mod finish;
