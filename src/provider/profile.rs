@@ -55,6 +55,15 @@ impl<'a> Mail<'a> {
     pub fn member(&self) -> Text<i64> {
         Text(self.member_id)
     }
+
+    /// Our metadata as (name, value) pairs, for the vendors that take a list of tags (SES's
+    /// `EmailTags`, Resend's `tags`).
+    pub fn tags(&self) -> [(&'static str, Text<&dyn fmt::Display>); 2] {
+        [
+            ("campaign_id", Text(&self.campaign_id)),
+            ("member_id", Text(&self.member_id)),
+        ]
+    }
 }
 
 /// A row's template data in a request body: the object itself, or `{}`. Serialized from the

@@ -58,20 +58,10 @@ struct Template<'a> {
 
 impl Profile for Resend {
     fn request(&self, mail: &Mail<'_>, _now: SystemTime) -> Result<Outgoing, BuildError> {
-        let member = mail.member_id;
         let body = Request {
             from: mail.from.unwrap_or_default(),
             to: mail.to,
-            tags: [
-                Tag {
-                    name: "campaign_id",
-                    value: Text(&mail.campaign_id),
-                },
-                Tag {
-                    name: "member_id",
-                    value: Text(&member),
-                },
-            ],
+            tags: mail.tags().map(|(name, value)| Tag { name, value }),
             template: Template {
                 id: mail.template,
                 variables: mail.data(),

@@ -108,7 +108,6 @@ struct Tag<'a> {
 impl Ses {
     fn body(&self, mail: &Mail<'_>) -> Body {
         let arn = mail.template.starts_with("arn:");
-        let member = mail.member_id;
         Body::json(&Request {
             content: Content {
                 template: Template {
@@ -121,16 +120,7 @@ impl Ses {
             destination: Destination {
                 to_addresses: [mail.to],
             },
-            email_tags: [
-                Tag {
-                    name: "campaign_id",
-                    value: Text(&mail.campaign_id),
-                },
-                Tag {
-                    name: "member_id",
-                    value: Text(&member),
-                },
-            ],
+            email_tags: mail.tags().map(|(name, value)| Tag { name, value }),
             configuration_set_name: self.configuration_set.as_deref(),
             reply_to_addresses: mail.reply_to.map(|r| [r]),
         })
