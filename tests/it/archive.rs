@@ -283,6 +283,56 @@ async fn a_batch_gives_up_on_a_held_lock_at_once_and_only_that_is_retried(pool: 
     assert_eq!(moved, Some((10, 10)));
 }
 
+/// `move_all` waits out a row lock held longer than one batch's `LOCK_WAIT` (2 s): the batch
+/// that gave up is tried again, and every row moves.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn archiving_rides_out_a_lock_held_longer_than_one_batch_waits(pool: PgPool) {
+    use campaign_sender::store::archive::{move_all, LOCK_WAIT};
+    seed_finished(&pool, DONE, 10).await;
+    let mut holder = pool.begin().await.unwrap();
+    sqlx::query(
+        "SELECT 1 FROM campaign_targets WHERE campaign_id = $1 AND member_id = 5 FOR UPDATE",
+    )
+    .bind(DONE)
+    .execute(&mut *holder)
+    .await
+    .unwrap();
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(LOCK_WAIT + Duration::from_secs(1)).await;
+        holder.rollback().await.unwrap();
+    });
+    let moved = tokio::time::timeout(Duration::from_secs(20), move_all(&pool, DONE))
+        .await
+        .expect("move_all returns once the lock is gone")
+        .expect("a lock wait given up is tried again");
+    release.await.unwrap();
+    assert_eq!(moved, 10);
+    assert_eq!(rows_of(&pool, "campaign_targets", DONE).await, 0);
+}
+
+/// Only a lock wait is tried again: any other error (here a role that may not delete) ends
+/// `move_all` at once, nothing moved.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn archiving_stops_at_once_on_an_error_waiting_cannot_heal(pool: PgPool) {
+    seed_finished(&pool, DONE, 10).await;
+    let worker = PgPool::connect(&worker_url(&pool).await).await.unwrap();
+    let t0 = std::time::Instant::now();
+    let denied = tokio::time::timeout(
+        Duration::from_secs(20),
+        campaign_sender::store::archive::move_all(&worker, DONE),
+    )
+    .await
+    .expect("an error waiting cannot heal is not retried for ever")
+    .expect_err("the worker role may not archive");
+    assert!(
+        t0.elapsed() < Duration::from_secs(1),
+        "retried: {:?}",
+        t0.elapsed()
+    );
+    assert!(denied.to_string().contains("permission denied"), "{denied}");
+    assert_eq!(rows_of(&pool, "campaign_targets", DONE).await, 10);
+}
+
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn the_smallest_and_the_largest_member_ids_are_archived_too(pool: PgPool) {
     sqlx::query(
