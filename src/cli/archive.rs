@@ -63,7 +63,7 @@ async fn archive_one(pool: &PgPool, campaign: &str, dry_run: bool) -> CliResult 
     }
     let started = Instant::now();
     let counts = archive::begin(pool, campaign).await?;
-    let moved = archive::move_all(pool, campaign).await?;
+    let moved = archive::move_all(pool, campaign, archive::LockRetry::ARCHIVE).await?;
     archive::complete(pool, campaign).await?;
     print_done(campaign, &counts, moved, started.elapsed());
     let (pending, sending) = archive::unfinished(pool, campaign).await?;

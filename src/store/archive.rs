@@ -167,22 +167,39 @@ pub async fn complete(pool: &PgPool, campaign_id: &str) -> Result<(), sqlx::Erro
 
 /// Rows moved a batch (one transaction each: short locks, a bounded WAL burst).
 pub const BATCH: i64 = 5_000;
-/// How long a batch waits for a row lock before it gives up and is tried again.
-pub const LOCK_WAIT: Duration = Duration::from_secs(2);
-/// How many times one batch is tried on lock waits given up before the error goes up.
-const LOCK_TRIES: u32 = 10;
+
+/// How a batch that waited too long for a row lock (a worker's write) is tried again.
+#[derive(Debug, Clone, Copy)]
+pub struct LockRetry {
+    /// How long a batch waits for a row lock before it gives up.
+    pub wait: Duration,
+    /// How many times one batch is tried before the lock wait's error goes up.
+    pub tries: u32,
+}
+
+impl LockRetry {
+    /// `archive`'s: 2 s a try, ten tries, 200 ms apart.
+    pub const ARCHIVE: LockRetry = LockRetry {
+        wait: Duration::from_secs(2),
+        tries: 10,
+    };
+}
 
 /// Moves every finished row of `campaign_id` into `campaign_archive`, [`BATCH`] rows at a
-/// time in member order from the first member on; returns how many moved. A batch that waited
-/// [`LOCK_WAIT`] for a row lock (a worker's write) is tried again after 200 ms, up to
-/// [`LOCK_TRIES`] times. Resumable: a second call moves what the first left.
-pub async fn move_all(pool: &PgPool, campaign_id: &str) -> Result<i64, sqlx::Error> {
+/// time in member order from the first member on; returns how many moved. A batch that gave up
+/// waiting for a row lock is tried again 200 ms later, up to `lock.tries` times; any other
+/// error ends it at once. Resumable: a second call moves what the first left.
+pub async fn move_all(
+    pool: &PgPool,
+    campaign_id: &str,
+    lock: LockRetry,
+) -> Result<i64, sqlx::Error> {
     let (mut from, mut moved) = (i64::MIN, 0i64);
     loop {
         let mut tries = 0;
         let batch = loop {
-            match move_batch(pool, campaign_id, from, BATCH, LOCK_WAIT).await {
-                Err(e) if is_lock_timeout(&e) && tries + 1 < LOCK_TRIES => {
+            match move_batch(pool, campaign_id, from, BATCH, lock.wait).await {
+                Err(e) if is_lock_timeout(&e) && tries + 1 < lock.tries => {
                     tries += 1;
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }

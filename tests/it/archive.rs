@@ -283,11 +283,12 @@ async fn a_batch_gives_up_on_a_held_lock_at_once_and_only_that_is_retried(pool: 
     assert_eq!(moved, Some((10, 10)));
 }
 
-/// `move_all` waits out a row lock held longer than one batch's `LOCK_WAIT` (2 s): the batch
-/// that gave up is tried again, and every row moves.
+/// `move_all` waits out a row lock held longer than one batch waits (2 s, `LockRetry::ARCHIVE`):
+/// the batch that gave up is tried again, and every row moves.
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn archiving_rides_out_a_lock_held_longer_than_one_batch_waits(pool: PgPool) {
-    use campaign_sender::store::archive::{move_all, LOCK_WAIT};
+    use campaign_sender::store::archive::{move_all, LockRetry};
+    let lock = LockRetry::ARCHIVE;
     seed_finished(&pool, DONE, 10).await;
     let mut holder = pool.begin().await.unwrap();
     sqlx::query(
@@ -298,16 +299,43 @@ async fn archiving_rides_out_a_lock_held_longer_than_one_batch_waits(pool: PgPoo
     .await
     .unwrap();
     let release = tokio::spawn(async move {
-        tokio::time::sleep(LOCK_WAIT + Duration::from_secs(1)).await;
+        tokio::time::sleep(lock.wait + Duration::from_secs(1)).await;
         holder.rollback().await.unwrap();
     });
-    let moved = tokio::time::timeout(Duration::from_secs(20), move_all(&pool, DONE))
+    let moved = tokio::time::timeout(Duration::from_secs(20), move_all(&pool, DONE, lock))
         .await
         .expect("move_all returns once the lock is gone")
         .expect("a lock wait given up is tried again");
     release.await.unwrap();
     assert_eq!(moved, 10);
     assert_eq!(rows_of(&pool, "campaign_targets", DONE).await, 0);
+}
+
+/// A lock that is never released ends `move_all` after its tries, with the lock wait's error
+/// and nothing moved.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn archiving_gives_up_on_a_lock_that_is_never_released(pool: PgPool) {
+    use campaign_sender::store::archive::{is_lock_timeout, move_all, LockRetry};
+    seed_finished(&pool, DONE, 10).await;
+    let mut holder = pool.begin().await.unwrap();
+    sqlx::query(
+        "SELECT 1 FROM campaign_targets WHERE campaign_id = $1 AND member_id = 5 FOR UPDATE",
+    )
+    .bind(DONE)
+    .execute(&mut *holder)
+    .await
+    .unwrap();
+    let lock = LockRetry {
+        wait: Duration::from_millis(100),
+        tries: 3,
+    };
+    let held = tokio::time::timeout(Duration::from_secs(20), move_all(&pool, DONE, lock))
+        .await
+        .expect("the tries end")
+        .expect_err("the lock is never released");
+    assert!(is_lock_timeout(&held), "{held}");
+    holder.rollback().await.unwrap();
+    assert_eq!(rows_of(&pool, "campaign_targets", DONE).await, 10);
 }
 
 /// Only a lock wait is tried again: any other error (here a role that may not delete) ends
@@ -319,7 +347,11 @@ async fn archiving_stops_at_once_on_an_error_waiting_cannot_heal(pool: PgPool) {
     let t0 = std::time::Instant::now();
     let denied = tokio::time::timeout(
         Duration::from_secs(20),
-        campaign_sender::store::archive::move_all(&worker, DONE),
+        campaign_sender::store::archive::move_all(
+            &worker,
+            DONE,
+            campaign_sender::store::archive::LockRetry::ARCHIVE,
+        ),
     )
     .await
     .expect("an error waiting cannot heal is not retried for ever")
