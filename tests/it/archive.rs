@@ -33,6 +33,20 @@ async fn seed_finished(pool: &PgPool, campaign: &str, n: i64) {
     .unwrap();
 }
 
+/// Someone holds member 5's row of [`DONE`] (a long transaction, a stray psql session) until
+/// the returned transaction ends.
+async fn hold_member_5(pool: &PgPool) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut holder = pool.begin().await.unwrap();
+    sqlx::query(
+        "SELECT 1 FROM campaign_targets WHERE campaign_id = $1 AND member_id = 5 FOR UPDATE",
+    )
+    .bind(DONE)
+    .execute(&mut *holder)
+    .await
+    .unwrap();
+    holder
+}
+
 /// The outcome of each member as [`seed_finished`] settled it, counted.
 fn expected_outcomes(n: i64) -> HashMap<String, i64> {
     let mut m = HashMap::new();
@@ -254,15 +268,7 @@ async fn a_batch_never_moves_a_row_that_is_still_work(pool: PgPool) {
 async fn a_batch_gives_up_on_a_held_lock_at_once_and_only_that_is_retried(pool: PgPool) {
     use campaign_sender::store::archive::{is_lock_timeout, move_batch};
     seed_finished(&pool, DONE, 10).await;
-    // Someone holds one of the rows (a long transaction, a stray psql session).
-    let mut holder = pool.begin().await.unwrap();
-    sqlx::query(
-        "SELECT 1 FROM campaign_targets WHERE campaign_id = $1 AND member_id = 5 FOR UPDATE",
-    )
-    .bind(DONE)
-    .execute(&mut *holder)
-    .await
-    .unwrap();
+    let holder = hold_member_5(&pool).await;
     let t0 = std::time::Instant::now();
     let held = move_batch(&pool, DONE, i64::MIN, 100, Duration::from_millis(200))
         .await
@@ -290,14 +296,7 @@ async fn archiving_rides_out_a_lock_held_longer_than_one_batch_waits(pool: PgPoo
     use campaign_sender::store::archive::{move_all, LockRetry};
     let lock = LockRetry::ARCHIVE;
     seed_finished(&pool, DONE, 10).await;
-    let mut holder = pool.begin().await.unwrap();
-    sqlx::query(
-        "SELECT 1 FROM campaign_targets WHERE campaign_id = $1 AND member_id = 5 FOR UPDATE",
-    )
-    .bind(DONE)
-    .execute(&mut *holder)
-    .await
-    .unwrap();
+    let holder = hold_member_5(&pool).await;
     let release = tokio::spawn(async move {
         tokio::time::sleep(lock.wait + Duration::from_secs(1)).await;
         holder.rollback().await.unwrap();
@@ -317,14 +316,7 @@ async fn archiving_rides_out_a_lock_held_longer_than_one_batch_waits(pool: PgPoo
 async fn archiving_gives_up_on_a_lock_that_is_never_released(pool: PgPool) {
     use campaign_sender::store::archive::{is_lock_timeout, move_all, LockRetry};
     seed_finished(&pool, DONE, 10).await;
-    let mut holder = pool.begin().await.unwrap();
-    sqlx::query(
-        "SELECT 1 FROM campaign_targets WHERE campaign_id = $1 AND member_id = 5 FOR UPDATE",
-    )
-    .bind(DONE)
-    .execute(&mut *holder)
-    .await
-    .unwrap();
+    let holder = hold_member_5(&pool).await;
     let lock = LockRetry {
         wait: Duration::from_millis(100),
         tries: 3,
