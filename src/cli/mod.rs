@@ -39,7 +39,7 @@ pub use args::{Cli, Command};
 
 use crate::config::{ConfigError, DbConfig, FromEnv, RunConfig};
 use crate::exit::{self, Exit};
-use crate::store::connect::{self, wait_for_schema, SchemaWait};
+use crate::store::connect::{self, wait_for_schema, SchemaWait, Session};
 use crate::store::{Store, MIGRATOR};
 use crate::worker::Worker;
 use problem::{Patience, Target, Who};
@@ -138,10 +138,11 @@ impl<'a> Db<'a> {
     /// migrate Job.
     async fn ready_pool(
         &self,
+        session: Session,
         patience: Patience,
         schema_wait: Duration,
     ) -> Result<PgPool, CliError> {
-        let pool = connect::connect(self.cfg, |e| patience.waits_for(e)).await?;
+        let pool = connect::connect(self.cfg, session, |e| patience.waits_for(e)).await?;
         match wait_for_schema(&pool, schema_wait).await {
             Ok(()) => Ok(pool),
             Err(SchemaWait::NotMigrated) => {
@@ -154,7 +155,7 @@ impl<'a> Db<'a> {
 }
 
 async fn migrate(db: &Db<'_>) -> CliResult {
-    let pool = connect::connect(db.cfg, |e| Patience::Worker.waits_for(e)).await?;
+    let pool = connect::connect(db.cfg, Session::Other, |e| Patience::Worker.waits_for(e)).await?;
     if let Err(e) = MIGRATOR.run(&pool).await {
         error!(error = %e, "migration failed; the database is unchanged past the last applied migration");
         return Err(Exit::Incomplete.into());
@@ -186,7 +187,10 @@ async fn work(db: &Db<'_>, serve: Option<bool>, shutdown: CancellationToken) -> 
         }
     }
     let outage_limit = db.outage_limit();
-    let pool = db.ready_pool(Patience::Worker, outage_limit).await?;
+    let session = Session::Worker { outage_limit };
+    let pool = db
+        .ready_pool(session, Patience::Worker, outage_limit)
+        .await?;
     let said = shutdown.clone();
     tokio::spawn(async move {
         said.cancelled().await;

@@ -18,12 +18,15 @@ use super::problem::Patience;
 use super::{CliError, CliResult, Command, Db};
 use crate::exit::Exit;
 use crate::store::campaigns::{self, Pause};
+use crate::store::connect::Session;
 use crate::store::{RetryFilter, Store};
 
 /// Runs one operator command: connects (patient only with what waiting can heal), refuses a
 /// campaign id that cannot travel or a campaign that does not exist, then does the work.
 pub(super) async fn run(cmd: Command, db: &Db<'_>, shutdown: CancellationToken) -> CliResult {
-    let pool = db.ready_pool(Patience::Interactive, Duration::ZERO).await?;
+    let pool = db
+        .ready_pool(Session::Other, Patience::Interactive, Duration::ZERO)
+        .await?;
     if let Some(refusal) = new_campaign(&cmd).and_then(invalid_id) {
         eprintln!("{refusal}");
         return Err(Exit::Config.into());

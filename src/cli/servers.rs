@@ -13,6 +13,7 @@ use super::problem::Patience;
 use super::{config_failure, CliError, CliResult, Db};
 use crate::config::{EventsConfig, FromEnv, WebConfig};
 use crate::exit::Exit;
+use crate::store::connect::Session;
 
 /// The database, waiting for the schema like a worker, and a listener on `addr` (`var` names
 /// the setting a busy address is blamed on).
@@ -21,7 +22,9 @@ async fn connect_and_listen(
     addr: SocketAddr,
     var: &str,
 ) -> Result<(PgPool, tokio::net::TcpListener), CliError> {
-    let pool = db.ready_pool(Patience::Worker, db.outage_limit()).await?;
+    let pool = db
+        .ready_pool(Session::Other, Patience::Worker, db.outage_limit())
+        .await?;
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
         eprintln!("configuration error: {var}: cannot listen on {addr} ({e})");
         CliError::Exit(Exit::Config)

@@ -1,6 +1,19 @@
 //! The pool and the migrations. Every subcommand connects through [`connect`] (bounded retries,
 //! [`super::outage`]) and, when the database is not usable, says so through
 //! `crate::cli::problem`, which also says how patient each command is.
+//!
+//! **A dark connection** (packets vanish, the socket stays open) is bounded on both ends:
+//! - the client cuts each attempt of a statement at its bound ([`super::outage`]) and
+//!   [`pool`] closes the connection the cut attempt held instead of returning it (sqlx would
+//!   ping it on release, and that ping waits for the dropped statement's answer: minutes on a
+//!   dark socket, holding a pool slot);
+//! - the server ends what a vanished client left behind ([`Session`]): TCP keepalives on its
+//!   end of every connection; for `run`, a statement time-out, a time-out for a transaction
+//!   left open (a rate round holds its key's row lock: [`super::rate`]) and a check that the
+//!   client is still there during a long statement.
+//!
+//! sqlx 0.8 has no TCP keepalive for the client's end of the socket (launchbadge/sqlx#3540, open;
+//! the pull request that adds it is not released), so the client's end relies on the bound.
 
 use std::time::Duration;
 
@@ -19,6 +32,80 @@ use crate::config::DbConfig;
 /// keeps that under 0.5 s (10 s let a pod sleep 2 s after an 8-s restart, then climb).
 const ACQUIRE_TIMEOUT: Duration = Duration::from_millis(2_500);
 
+/// How long a released connection may take to answer a ping before it is taken for dark and
+/// closed (see [`pool`]). A healthy one answers in well under a millisecond.
+const RELEASE_PING: Duration = Duration::from_millis(1_000);
+
+/// Who the connections are for: what the server bounds on their sessions (startup options, so
+/// they hold from the first statement on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Session {
+    /// `run`: short statements only (a claim, a fenced write, a round of the rate limit), each
+    /// retried within `DB_CONNECT_RETRY_S`. The server also ends a statement that runs past
+    /// the longest a client waits for one (the outage limit, at least 2 s), a transaction left
+    /// open for 5 s (no round thinks that long between statements), and checks every second
+    /// that the client is still there.
+    Worker { outage_limit: Duration },
+    /// Everything else: imports, archives and migrations run statements of minutes, and a
+    /// person at a terminal stops what hangs. TCP keepalives only.
+    Other,
+}
+
+/// The server's end of a connection: the first keepalive after 10 s idle, then every 5 s; the
+/// connection is dropped after 3 unanswered (~25 s), or 30 s of unacknowledged data.
+const KEEPALIVES: [(&str, &str); 4] = [
+    ("tcp_keepalives_idle", "10"),
+    ("tcp_keepalives_interval", "5"),
+    ("tcp_keepalives_count", "3"),
+    ("tcp_user_timeout", "30000"),
+];
+
+/// How long the server lets a worker's transaction sit idle before ending its session.
+const IDLE_IN_TRANSACTION: Duration = Duration::from_secs(5);
+
+impl Session {
+    /// The startup options that set the server's bounds (see [`Session`]).
+    pub fn server_settings(self) -> Vec<(&'static str, String)> {
+        let mut settings: Vec<_> = KEEPALIVES
+            .iter()
+            .map(|(k, v)| (*k, v.to_string()))
+            .collect();
+        if let Session::Worker { outage_limit } = self {
+            let statement = outage_limit.max(super::outage::FIRST_ATTEMPT);
+            settings.extend([
+                ("statement_timeout", statement.as_millis().to_string()),
+                (
+                    "idle_in_transaction_session_timeout",
+                    IDLE_IN_TRANSACTION.as_millis().to_string(),
+                ),
+                ("client_connection_check_interval", "1000".to_string()),
+            ]);
+        }
+        settings
+    }
+}
+
+/// The pool every command uses, on `opts`: at most `max` connections, a statement waits at
+/// most 2.5 s for one, and a connection released while a statement on it was cut (or that
+/// does not answer a ping within 1 s on release) is closed, never handed out again.
+pub fn pool(opts: PgConnectOptions, max: u32) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(max)
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .after_release(|conn, _| {
+            Box::pin(async move {
+                match tokio::time::timeout(RELEASE_PING, conn.ping()).await {
+                    Ok(Ok(())) => Ok(true),
+                    // Broken: sqlx closes it without a goodbye.
+                    Ok(Err(e)) => Err(e),
+                    // Dark, or still busy with a statement whose attempt was cut: closed.
+                    Err(_) => Ok(false),
+                }
+            })
+        })
+        .connect_lazy_with(opts)
+}
+
 /// The embedded migrations (`migrations/`).
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
@@ -33,11 +120,13 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 /// connection"; the pool is built on it once it succeeds.
 pub async fn connect(
     cfg: &DbConfig,
+    session: Session,
     retry: impl Fn(&sqlx::Error) -> bool,
 ) -> Result<PgPool, sqlx::Error> {
     let opts: PgConnectOptions = cfg.database_url.expose().parse()?;
     let opts = opts
         .application_name("campaign-sender")
+        .options(session.server_settings())
         .log_slow_statements(tracing::log::LevelFilter::Warn, Duration::from_secs(2));
     let limit = Duration::from_secs(cfg.db_connect_retry_s);
     let give_up = Instant::now() + limit;
@@ -52,10 +141,7 @@ pub async fn connect(
             .await
             .map_err(|_| sqlx::Error::PoolTimedOut)??;
         first.close().await?;
-        Ok(PgPoolOptions::new()
-            .max_connections(cfg.db_max_connections)
-            .acquire_timeout(ACQUIRE_TIMEOUT)
-            .connect_lazy_with(opts.clone()))
+        Ok(pool(opts.clone(), cfg.db_max_connections))
     })
     .await
 }

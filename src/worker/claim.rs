@@ -83,17 +83,8 @@ impl Pipeline<'_> {
         };
         // A claim in flight at a stop is waited for (its rows are then released at once), but
         // not past the shutdown bound.
-        let claim = w.retrying("claiming rows", || w.store.claim(n, cfg.lease()));
-        tokio::select! {
-            claimed = claim => match claimed {
-                Ok(b) => Some(b),
-                Err(e) => {
-                    self.stop.fail(e);
-                    None
-                }
-            },
-            _ = self.stop.stopping_for(self.shutdown_bound()) => None,
-        }
+        self.ask("claiming rows", || w.store.claim(n, cfg.lease()))
+            .await
     }
 
     /// Nothing was claimable: done, a step's answer, or a wait for the earliest row in backoff
@@ -102,16 +93,11 @@ impl Pipeline<'_> {
         let w = self.w;
         // Hold no share of the fleet's limit unless rows are held.
         w.signals.set_busy(self.held.count() > 0);
-        let counting = w.retrying("counting what is left", || w.store.remaining());
-        let rem = tokio::select! {
-            counted = counting => match counted {
-                Ok(r) => r,
-                Err(e) => {
-                    self.stop.fail(e);
-                    return WhenEmpty::Return(None);
-                }
-            },
-            _ = self.stop.stopping_for(self.shutdown_bound()) => return WhenEmpty::Return(None),
+        let Some(rem) = self
+            .ask("counting what is left", || w.store.remaining())
+            .await
+        else {
+            return WhenEmpty::Return(None);
         };
         m::backlog(&rem, None);
         if self.one_batch {

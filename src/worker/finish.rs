@@ -4,6 +4,7 @@
 //! campaign's failures against its budget.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -114,21 +115,18 @@ impl Pipeline<'_> {
     /// One fenced write per claim. Written or not, the rows are no longer held: if the write was
     /// given up they come back after their lease and are re-sent under the same idempotency key.
     async fn flush(&self, groups: HashMap<Uuid, Vec<(i64, Resolution)>>) {
-        let (w, limit) = (self.w, self.w.outage_limit);
-        let bound = self.shutdown_bound();
+        let w = self.w;
         for (claim_id, results) in groups {
             let rows: Vec<_> = results.iter().map(|(m, r)| (*m, r.written())).collect();
-            let write = retrying(limit, "writing results", || w.store.finish(claim_id, &rows));
             let written = self
-                .stop
-                .within_shutdown(bound, write, || sqlx::Error::PoolTimedOut)
+                .retrying("writing results", || w.store.finish(claim_id, &rows))
                 .await;
             let ids: Vec<i64> = results.iter().map(|(m, _)| *m).collect();
             self.held.forget(claim_id, &ids);
             match written {
                 Ok(f) => w.recorder.finished(results.len(), f),
                 Err(e) => {
-                    warn!(error = %error_text(&e), rows = results.len(), "results not written; the rows return after their lease and are sent again under the same idempotency key");
+                    warn!(error = %e, rows = results.len(), "results not written; the rows return after their lease and are sent again under the same idempotency key");
                     w.recorder.finish_failed(results.len());
                 }
             }
@@ -147,7 +145,11 @@ impl Pipeline<'_> {
         }
         watch.own_seen = own;
         watch.last_check = Some(Instant::now());
-        let Ok(failed) = self.w.store.failed_count().await else {
+        // One attempt, cut at its bound: the next write's check counts again.
+        let counting = retrying(Duration::ZERO, "counting failures", || {
+            self.w.store.failed_count()
+        });
+        let Ok(failed) = counting.await else {
             return;
         };
         watch.failed_in_db = failed;
@@ -169,14 +171,15 @@ impl Pipeline<'_> {
             "{failed} permanent failures exceed the budget of {budget}; look at `status`, then `retry-failed` and `resume`"
         );
         let store = &self.w.store;
-        if let Err(e) = campaigns::pause(
-            store.pool(),
-            store.campaign_id(),
-            campaigns::BY_AUTO,
-            Some(&reason),
-        )
-        .await
-        {
+        let pausing = retrying(Duration::ZERO, "pausing the campaign", || {
+            campaigns::pause(
+                store.pool(),
+                store.campaign_id(),
+                campaigns::BY_AUTO,
+                Some(&reason),
+            )
+        });
+        if let Err(e) = pausing.await {
             warn!(error = %error_text(&e), "could not pause the campaign; other pods stop at their own threshold check");
         }
     }

@@ -175,18 +175,11 @@ impl Gate<'_, '_> {
         // Nothing is sent after a stop, so a check still waiting for the database then is
         // given up (the rows are released) once the shutdown bound is reached.
         let within = self.p.cfg().resend_within();
-        let checking = w.retrying("re-checking rows before sending", || {
+        let checking = self.p.ask("re-checking rows before sending", || {
             w.store.recheck(ids, within)
         });
-        let blocked = tokio::select! {
-            checked = checking => match checked {
-                Ok(b) => b,
-                Err(e) => {
-                    self.p.stop.fail(e);
-                    return false;
-                }
-            },
-            _ = self.p.stop.stopping_for(self.p.shutdown_bound()) => return false,
+        let Some(blocked) = checking.await else {
+            return false;
         };
         self.checked_at = Some(started);
         let blocked: HashMap<i64, Recheck> = blocked.into_iter().collect();

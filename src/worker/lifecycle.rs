@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use super::pipeline::{Pipeline, REQUEST_GRACE};
+use super::shutdown::NoAnswer;
 use super::{RunError, Step, Worker};
 use crate::exit::Mode;
 use crate::metrics as m;
@@ -205,11 +206,14 @@ impl Worker {
             return Err(e);
         }
         let reason = p.stop.reason();
-        let counting = self.retrying("counting the campaign", || self.store.counts());
-        let counts = tokio::select! {
-            counts = counting => counts?,
+        let counts = match p
+            .retrying("counting the campaign", || self.store.counts())
+            .await
+        {
+            Ok(counts) => counts,
+            Err(NoAnswer::Outage(e)) => return Err(e),
             // The database does not answer and the pod must go: the counts it started with.
-            _ = p.stop.stopping_for(p.shutdown_bound()) => {
+            Err(NoAnswer::Stopping) => {
                 warn!(worker = %self.name, "the database did not answer while stopping; the report shows the counts at the start");
                 start.counts.clone()
             }

@@ -14,10 +14,11 @@
 //!    in the same fenced write with its attempt given back, so other pods take it at once;
 //! 4. the pod leaves the fleet's rate limit (its share is free one second later).
 //!
-//! Stopping is bounded whatever the database does: results are written until the request
-//! timeout plus [`WRITES_AFTER_REQUESTS`] after the stop, not for the whole
-//! `DB_CONNECT_RETRY_S` ([`Stop::within_shutdown`]). Rows not written by then come back after
-//! their lease and are re-sent under their key. The manifests' `terminationGracePeriodSeconds`
+//! Stopping is bounded whatever the database does: every statement of a pass goes through
+//! [`Pipeline::retrying`], whose attempts are each cut at their bound (`store::outage`) and
+//! which gives up once the pass has been stopping for the request timeout plus
+//! [`WRITES_AFTER_REQUESTS`], not after the whole `DB_CONNECT_RETRY_S`. Rows not written by
+//! then come back after their lease and are re-sent under their key. The manifests' `terminationGracePeriodSeconds`
 //! is above that bound (tests/it/manifests.rs), so Kubernetes never kills a pod mid-write.
 //!
 //! The first recorded reason wins: a pass that stopped itself (done, paused, over the budget)
@@ -30,6 +31,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::pipeline::Pipeline;
 use super::RunError;
 use crate::report::StopReason;
 
@@ -70,20 +72,6 @@ impl Stop {
         self.stopped().await;
         let since = self.since.get().copied().unwrap_or_else(Instant::now);
         tokio::time::sleep_until(since + bound).await;
-    }
-
-    /// `write`, given up with `gave_up` once the pass has been stopping for `bound`: a
-    /// database that does not answer cannot hold a stopping pod past its grace period.
-    pub(super) async fn within_shutdown<T, E>(
-        &self,
-        bound: Duration,
-        write: impl Future<Output = Result<T, E>>,
-        gave_up: impl FnOnce() -> E,
-    ) -> Result<T, E> {
-        tokio::select! {
-            written = write => written,
-            _ = self.stopping_for(bound) => Err(gave_up()),
-        }
     }
 
     pub(super) fn token(&self) -> &CancellationToken {
@@ -149,5 +137,51 @@ pub(super) struct DeadlineGuard(tokio::task::JoinHandle<()>);
 impl Drop for DeadlineGuard {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+/// Why a statement of a pass got no answer.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum NoAnswer {
+    /// The database stayed away past `DB_CONNECT_RETRY_S`: the pass cannot go on.
+    #[error(transparent)]
+    Outage(RunError),
+    /// The pass has been stopping for its shutdown bound: the pod must go.
+    #[error(
+        "given up: the pod is stopping and the database did not answer within the shutdown bound"
+    )]
+    Stopping,
+}
+
+impl Pipeline<'_> {
+    /// A statement of this pass: the worker's retry rule (each attempt cut at its bound, the
+    /// outage ridden out for `DB_CONNECT_RETRY_S`), given up once the pass has been stopping
+    /// for its shutdown bound. The one place a pass's statements are bounded.
+    pub(super) async fn retrying<T, F, Fut>(&self, what: &str, op: F) -> Result<T, NoAnswer>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, sqlx::Error>>,
+    {
+        tokio::select! {
+            answered = self.w.retrying(what, op) => answered.map_err(NoAnswer::Outage),
+            _ = self.stop.stopping_for(self.shutdown_bound()) => Err(NoAnswer::Stopping),
+        }
+    }
+
+    /// [`Pipeline::retrying`] for a stage that cannot go on without the answer: an outage past
+    /// the limit fails the pass; `None` either way.
+    pub(super) async fn ask<T, F, Fut>(&self, what: &str, op: F) -> Option<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, sqlx::Error>>,
+    {
+        match self.retrying(what, op).await {
+            Ok(v) => Some(v),
+            Err(NoAnswer::Outage(e)) => {
+                self.stop.fail(e);
+                None
+            }
+            Err(NoAnswer::Stopping) => None,
+        }
     }
 }

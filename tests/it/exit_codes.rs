@@ -504,10 +504,7 @@ async fn a_stopping_pod_gives_up_writing_to_a_silent_database_within_its_grace(p
         .next()
         .unwrap();
     let db = FrozenDb::start(upstream).await;
-    let worker_pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(8)
-        .connect_lazy(&db.url(&url))
-        .unwrap();
+    let worker_pool = campaign_sender::store::connect::pool(db.url(&url).parse().unwrap(), 8);
     let mut cfg = config(&p.url);
     cfg.mail_rate_per_s = 500;
     let request = cfg.request_timeout();

@@ -198,10 +198,7 @@ pub fn config(url: &str) -> RunConfig {
 /// production: a statement that needs more than that role has fails the test.
 pub async fn worker(pool: &PgPool, cfg: RunConfig) -> Worker {
     let url = worker_url(pool).await;
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(8)
-        .connect_lazy(&url)
-        .unwrap();
+    let pool = campaign_sender::store::connect::pool(url.parse().unwrap(), 8);
     let store = Store::new(pool, cfg.campaign_id.clone());
     Worker::new(cfg, store, Duration::from_secs(10)).unwrap()
 }
@@ -405,11 +402,24 @@ impl Drop for OwnServer {
     }
 }
 
-/// A TCP proxy to a database whose connections can be frozen: bytes are held, nothing is
-/// closed — a database (or the network to it) that stops answering mid-statement.
+/// A TCP proxy to a database whose connections can be frozen or go dark:
+/// - [`FrozenDb::freeze`]: bytes are held, nothing is closed — a database (or the network to it)
+///   that stops answering mid-statement, until [`FrozenDb::thaw`];
+/// - [`FrozenDb::go_dark`]: every connection open now goes dark for good (what it sends is
+///   swallowed, nothing comes back, the socket stays open: a dead NAT entry), while new
+///   connections relay normally. [`FrozenDb::dark_closed`] counts the dark connections their
+///   client has since closed.
 pub struct FrozenDb {
     pub addr: SocketAddr,
     frozen: Arc<std::sync::atomic::AtomicBool>,
+    dark: tokio::sync::watch::Sender<u64>,
+    counts: Arc<DarkCounts>,
+}
+
+#[derive(Default)]
+struct DarkCounts {
+    went_dark: std::sync::atomic::AtomicUsize,
+    closed: std::sync::atomic::AtomicUsize,
 }
 
 impl FrozenDb {
@@ -434,28 +444,49 @@ impl FrozenDb {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let frozen = Arc::new(AtomicBool::new(false));
-        let f = frozen.clone();
+        let (dark, _) = tokio::sync::watch::channel(0u64);
+        let counts = Arc::new(DarkCounts::default());
+        let (f, d, c) = (frozen.clone(), dark.clone(), counts.clone());
         tokio::spawn(async move {
             while let Ok((mut client, _)) = listener.accept().await {
-                let f = f.clone();
+                let (f, c, mut dark) = (f.clone(), c.clone(), d.subscribe());
                 tokio::spawn(async move {
                     let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await else {
                         return;
                     };
-                    let (cr, cw) = client.split();
-                    let (sr, sw) = server.split();
-                    tokio::join!(pump(cr, sw, f.clone()), pump(sr, cw, f));
+                    {
+                        let (cr, cw) = client.split();
+                        let (sr, sw) = server.split();
+                        tokio::select! {
+                            _ = async { tokio::join!(pump(cr, sw, f.clone()), pump(sr, cw, f)) } => return,
+                            _ = dark.changed() => {}
+                        }
+                    }
+                    // Dark: what the client sends is swallowed, the server's socket is held
+                    // open and never read, until the client closes its end.
+                    c.went_dark.fetch_add(1, Ordering::SeqCst);
+                    let mut buf = vec![0u8; 16 * 1024];
+                    while let Ok(1..) = client.read(&mut buf).await {}
+                    c.closed.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_secs(600)).await;
+                    drop(server);
                 });
             }
         });
-        Self { addr, frozen }
+        Self {
+            addr,
+            frozen,
+            dark,
+            counts,
+        }
     }
 
     /// A proxy in front of the server of `url` (a database URL).
     pub async fn in_front_of(url: &str) -> Self {
         let u = reqwest::Url::parse(url).unwrap();
-        let upstream = format!("{}:{}", u.host_str().unwrap(), u.port().unwrap());
-        Self::start(upstream.parse().unwrap()).await
+        let host = (u.host_str().unwrap(), u.port().unwrap());
+        let upstream = tokio::net::lookup_host(host).await.unwrap().next().unwrap();
+        Self::start(upstream).await
     }
 
     pub fn freeze(&self) {
@@ -466,6 +497,20 @@ impl FrozenDb {
     pub fn thaw(&self) {
         self.frozen
             .store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Every connection open now goes dark for good; new ones relay normally.
+    pub fn go_dark(&self) {
+        self.dark.send_modify(|n| *n += 1);
+    }
+
+    /// (connections that went dark, those of them their client has closed since).
+    pub fn dark_closed(&self) -> (usize, usize) {
+        use std::sync::atomic::Ordering::SeqCst;
+        (
+            self.counts.went_dark.load(SeqCst),
+            self.counts.closed.load(SeqCst),
+        )
     }
 
     /// `url` (a database URL) through this proxy.

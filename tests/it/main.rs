@@ -7,6 +7,7 @@ mod helpers;
 mod account;
 mod archive;
 mod claim;
+mod dark;
 mod docs;
 mod e2e;
 mod events;
