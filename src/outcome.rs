@@ -64,24 +64,11 @@ impl ErrorClass {
     }
 }
 
-text_enum! {
-    /// An answer that is not about the recipient: the provider refuses the account (an API key
-    /// revoked or rotated before the Secret) or the endpoint is not the mail API (`MAIL_URL`
-    /// without its path). Every row would get it: the fleet stops until an operator acts, and
-    /// no row fails or spends an attempt. Stored as its text in `rate_limits.refused_kind`.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-    pub enum Refusal: "refusal" {
-        Account = "account",
-        Endpoint = "endpoint",
-    }
-}
+/// An answer that is not about the recipient (the vocabulary is stored, so it is declared with
+/// the statements that store it).
+pub use crate::store::account::Refusal;
 
 impl Refusal {
-    /// `rate_limits.refused_kind` read back; `None` for a word this version does not know.
-    pub fn parse(s: &str) -> Option<Self> {
-        s.parse().ok()
-    }
-
     /// What an operator reads (`status`, the log line): what happened and what to check.
     pub fn advice(self, status: u16) -> String {
         match self {

@@ -62,7 +62,11 @@ pub(super) async fn limit(pool: &PgPool, key: &str, rate: Option<f64>, clear: bo
 fn render(k: &KeyState) -> String {
     let mut o = format!("{}\n", k.limit_line());
     if let Some(r) = &k.refused {
-        o += &format!("  REFUSED since {}: {}\n", at(&r.since), r.advice());
+        o += &format!(
+            "  REFUSED since {}: {}\n",
+            at(&r.since),
+            r.kind.advice(r.status)
+        );
     }
     if let Some(q) = &k.quota {
         o += &format!(

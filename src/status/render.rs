@@ -35,7 +35,7 @@ pub fn one_line(s: &Status) -> String {
         None => String::new(),
     };
     if let Some(r) = s.limits.iter().find_map(|k| k.refused.as_ref()) {
-        paused += &format!(", REFUSED: {}", r.advice());
+        paused += &format!(", REFUSED: {}", r.kind.advice(r.status));
     }
     if let Some(u) = s.limits.iter().find_map(|k| k.vendor_quota_until) {
         paused += &format!(
@@ -264,7 +264,7 @@ fn render_limits(o: &mut String, s: &Status) {
             let _ = writeln!(
                 o,
                 "REFUSED    {} since {}",
-                r.advice(),
+                r.kind.advice(r.status),
                 r.since.format("%Y-%m-%d %H:%M:%S UTC")
             );
         }

@@ -5,7 +5,27 @@
 use chrono::{DateTime, Utc};
 use sqlx::{FromRow, PgPool};
 
-use crate::outcome::Refusal;
+use crate::text_enum::text_enum;
+
+text_enum! {
+    /// An answer that is not about the recipient: the provider refuses the account (an API key
+    /// revoked or rotated before the Secret) or the endpoint is not the mail API (`MAIL_URL`
+    /// without its path). Every row would get it: the fleet stops until an operator acts, and
+    /// no row fails or spends an attempt (`crate::outcome` says what it does to a row, and
+    /// what to tell an operator). Stored as its text in `rate_limits.refused_kind`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum Refusal: "refusal" {
+        Account = "account",
+        Endpoint = "endpoint",
+    }
+}
+
+impl Refusal {
+    /// `rate_limits.refused_kind` read back; `None` for a word this version does not know.
+    pub fn parse(s: &str) -> Option<Self> {
+        s.parse().ok()
+    }
+}
 
 /// A live member of a rate-limit key, as `status` shows it.
 #[derive(Debug, Clone, serde::Serialize, FromRow)]
@@ -37,13 +57,6 @@ pub struct RefusalState {
     pub kind: Refusal,
     pub since: DateTime<Utc>,
     pub campaign: Option<String>,
-}
-
-impl RefusalState {
-    /// What to tell an operator: what happened and what to check.
-    pub fn advice(&self) -> String {
-        self.kind.advice(self.status)
-    }
 }
 
 /// The daily quota's use, as `status` shows it.

@@ -47,7 +47,9 @@ impl State {
             };
         }
         if let Some(r) = s.limits.iter().find_map(|k| k.refused.as_ref()) {
-            return State::Refused { advice: r.advice() };
+            return State::Refused {
+                advice: r.kind.advice(r.status),
+            };
         }
         if let Some(until) = s.limits.iter().find_map(|k| k.vendor_quota_until) {
             return State::AtQuota { until: Some(until) };
