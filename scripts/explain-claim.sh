@@ -16,11 +16,13 @@ psql -q "$url" -c "INSERT INTO campaign_targets (campaign_id, member_id, email, 
   FROM generate_series(1, 1200000) g" -c "ANALYZE campaign_targets" \
   -c "INSERT INTO suppressions (email, reason) SELECT 'x' || g || '@example.com', 'hard_bounce'
       FROM generate_series(1, 1000000) g" -c "ANALYZE suppressions"
-# The claim statement (`const CLAIM` in src/store/targets.rs), with literals for its parameters.
+# The claim statement (`const CLAIM` in src/store/targets.rs, as scripts/statement.py reads
+# it), with literals for its parameters.
 sql=$(python3 - <<'PY'
-import re
-src = open("src/store/targets.rs").read()
-body = src.split("const CLAIM: &str = r#\"")[1].split('"#')[0]
+import sys
+sys.path.insert(0, "scripts")
+from statement import statement
+body = statement("CLAIM")
 for k, v in {"$1": "'c'", "$2": "200", "$3": "gen_random_uuid()", "$4": "60"}.items():
     body = body.replace(k, v)
 print(body)
@@ -43,8 +45,9 @@ psql -q "$url" -c "INSERT INTO campaign_targets (campaign_id, member_id, email)
   SELECT 'unseen', g, 'm' || g || '@example.com' FROM generate_series(1, 1200000) g"
 python3 - "$url" <<'PY'
 import json, subprocess, sys, uuid
+sys.path.insert(0, "scripts")
+from statement import statement
 url = sys.argv[1]
-src = open("src/store/targets.rs").read()
 def arr(values): return "'{" + ",".join(map(str, values)) + "}'"
 ids = arr(range(1, 201))
 uuids = arr(uuid.uuid4() for _ in range(200))
@@ -63,7 +66,7 @@ def nodes(n):
         yield from nodes(c)
 bad = []
 for name, (types, args) in statements.items():
-    body = src.split(f"const {name}: &str = r#\"")[1].split('"#')[0]
+    body = statement(name)
     for mode in ("force_custom_plan", "force_generic_plan"):
         out = subprocess.run(
             ["psql", "-qAt", url, "-c", f"PREPARE s({types}) AS {body}",
@@ -92,11 +95,11 @@ if bad:
 # after ONE_CAMPAIGN_ONLY in their transaction. They must read that campaign's range, never
 # the whole table (here the campaign is half of it, so a scan of the table is the cheaper
 # plan by the planner's costs).
-setting = src.split('const ONE_CAMPAIGN_ONLY: &str = "')[1].split('"')[0]
+setting = statement("ONE_CAMPAIGN_ONLY")
 subprocess.run(["psql", "-q", url, "-c", "ANALYZE campaign_targets"], check=True)
 for name, types, args in [("PROGRESS", "text", "'c'"),
                           ("RATE", "text, timestamptz", "'c', now()")]:
-    body = src.split(f"const {name}: &str = r#\"")[1].split('"#')[0]
+    body = statement(name)
     out = subprocess.run(
         ["psql", "-qAt", url, "-c", "BEGIN", "-c", setting,
          "-c", f"PREPARE s({types}) AS {body}",

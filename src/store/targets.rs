@@ -190,6 +190,17 @@ pub struct Store {
     campaign_id: String,
 }
 
+/// The one text of "a `pending` row whose retry backoff (`not_before`) and schedule
+/// (`send_after`) have passed": claimable now. [`Store::claim`] picks by it and
+/// [`Store::remaining`] counts by it (`ready`, and `waiting` by its negation), so the two never
+/// disagree about what is ready. (A macro, so that each statement stays one `&'static str`.)
+macro_rules! pending_due {
+    () => {
+        "(state = 'pending' AND (not_before IS NULL OR not_before <= now())
+                              AND (send_after IS NULL OR send_after <= now()))"
+    };
+}
+
 impl Store {
     pub fn new(pool: PgPool, campaign_id: impl Into<String>) -> Self {
         Self {
@@ -230,7 +241,8 @@ impl Store {
     pub async fn claim(&self, limit: u32, lease: Duration) -> Result<Batch, sqlx::Error> {
         let claim_id = Uuid::new_v4();
         // language=PostgreSQL
-        const CLAIM: &str = r#"
+        const CLAIM: &str = concat!(
+            r#"
             WITH picked AS (
                 SELECT member_id, state AS was,
                        EXISTS (SELECT 1 FROM suppressions s
@@ -239,8 +251,9 @@ impl Store {
                  WHERE campaign_id = $1
                    AND opted_out_at IS NULL
                    AND state IN ('pending', 'sending')
-                   AND (   (state = 'pending' AND (not_before IS NULL OR not_before <= now())
-                                              AND (send_after IS NULL OR send_after <= now()))
+                   AND (   "#,
+            pending_due!(),
+            r#"
                         OR (state = 'sending' AND (lease_until IS NULL OR lease_until < now())))
                  ORDER BY priority DESC, member_id
                  LIMIT $2
@@ -261,7 +274,8 @@ impl Store {
                AND t.member_id = picked.member_id
             RETURNING t.member_id, t.email, t.data, t.attempts AS attempt, t.priority,
                       picked.was = 'sending' AS reclaimed, picked.suppressed
-        "#;
+        "#
+        );
         let picked: Vec<Picked> = sqlx::query_as(CLAIM)
             .bind(&self.campaign_id)
             .bind(limit as i64)
@@ -510,10 +524,12 @@ impl Store {
     /// Invariant: opted-out rows are not remaining work (they will never be claimed).
     pub async fn remaining(&self) -> Result<Remaining, sqlx::Error> {
         // language=PostgreSQL
-        const REMAINING: &str = r#"
-            SELECT count(*) FILTER (WHERE state = 'pending' AND (not_before IS NULL OR not_before <= now())
-                                                           AND (send_after IS NULL OR send_after <= now())) AS ready,
-                   count(*) FILTER (WHERE state = 'pending' AND (not_before > now() OR send_after > now())) AS waiting,
+        const REMAINING: &str = concat!(
+            "SELECT count(*) FILTER (WHERE ",
+            pending_due!(),
+            ") AS ready, count(*) FILTER (WHERE state = 'pending' AND NOT ",
+            pending_due!(),
+            r#") AS waiting,
                    count(*) FILTER (WHERE state = 'sending') AS leased,
                    extract(epoch FROM min(CASE WHEN state = 'pending' THEN greatest(not_before, send_after)
                                                ELSE lease_until END) - now())::float8 AS next_due_s
@@ -521,7 +537,8 @@ impl Store {
              WHERE campaign_id = $1
                AND state IN ('pending', 'sending')
                AND opted_out_at IS NULL
-        "#;
+        "#
+        );
         sqlx::query_as(REMAINING)
             .bind(&self.campaign_id)
             .fetch_one(&self.pool)
