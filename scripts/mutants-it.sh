@@ -21,7 +21,8 @@ if [ -z "${DATABASE_URL:-}" ]; then exec scripts/with-pg.sh "$0" "$@"; fi
 unit=(src/outcome.rs src/rate/plan.rs src/rate/pacer.rs src/exit.rs src/main.rs
   src/provider/answer.rs src/provider/json.rs src/provider/sendgrid.rs src/provider/ses.rs
   src/provider/postmark.rs src/provider/mailgun.rs src/provider/resend.rs src/provider/profile.rs
-  src/provider/kind.rs src/provider/tests.rs src/provider/answer_tests.rs src/worker/held.rs)
+  src/provider/kind.rs src/provider/tests.rs src/provider/answer_tests.rs src/worker/held.rs
+  src/store/outage.rs)
 # The safety-critical core.
 core=(src/worker src/store/targets.rs src/store/failed.rs src/store/suppressions.rs
   src/store/archive.rs src/store/campaigns.rs src/store/rate.rs src/store/outage.rs src/store/connect.rs

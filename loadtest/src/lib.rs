@@ -99,11 +99,15 @@ pub fn start_provider(args: &[String]) -> anyhow::Result<Provider> {
 /// - [`Proxy::blackhole`]: bytes stop moving both ways (held, not dropped) and new connections
 ///   are accepted but get nothing — what a network partition looks like to both ends; when it
 ///   ends, what was held is delivered late (so late writes really arrive);
-/// - [`Proxy::reset`]: every open connection is closed with a TCP RST.
+/// - [`Proxy::reset`]: every open connection is closed with a TCP RST;
+/// - [`Proxy::go_dark`]: every connection open now goes dark for good — what either end sends
+///   is swallowed, nothing is closed (a dead NAT entry, a failover that leaves the old address
+///   silent) — while new connections relay normally.
 pub struct Proxy {
     pub port: u16,
     blackholed: Arc<AtomicBool>,
     resets: watch::Sender<u64>,
+    darks: watch::Sender<u64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -119,27 +123,33 @@ impl Proxy {
         let port = listener.local_addr()?.port();
         let blackholed = Arc::new(AtomicBool::new(false));
         let (resets, _) = watch::channel(0u64);
-        let (bh, rs) = (blackholed.clone(), resets.clone());
+        let (darks, _) = watch::channel(0u64);
+        let (bh, rs, dk) = (blackholed.clone(), resets.clone(), darks.clone());
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let (bh, mut reset) = (bh.clone(), rs.subscribe());
+                let (bh, mut reset, mut dark) = (bh.clone(), rs.subscribe(), dk.subscribe());
                 tokio::spawn(async move {
-                    let (mut client, mut server) = (client, server_of(upstream).await);
-                    let Some(server) = server.as_mut() else {
+                    let mut client = client;
+                    let Some(mut server) = server_of(upstream).await else {
                         return;
                     };
-                    let reset_now = {
+                    let ended = {
                         let (cr, cw) = client.split();
                         let (sr, sw) = server.split();
                         tokio::select! {
-                            _ = async { tokio::join!(pump(cr, sw, bh.clone()), pump(sr, cw, bh)) } => false,
-                            _ = reset.changed() => true,
+                            _ = async { tokio::join!(pump(cr, sw, bh.clone()), pump(sr, cw, bh)) } => Ended::Closed,
+                            _ = reset.changed() => Ended::Reset,
+                            _ = dark.changed() => Ended::Dark,
                         }
                     };
-                    if reset_now {
-                        // SO_LINGER 0: closing sends RST, not FIN — a reset connection.
-                        let _ = client.set_zero_linger();
-                        let _ = server.set_zero_linger();
+                    match ended {
+                        Ended::Closed => {}
+                        Ended::Reset => {
+                            // SO_LINGER 0: closing sends RST, not FIN — a reset connection.
+                            let _ = client.set_zero_linger();
+                            let _ = server.set_zero_linger();
+                        }
+                        Ended::Dark => swallow(client, server).await,
                     }
                 });
             }
@@ -148,6 +158,7 @@ impl Proxy {
             port,
             blackholed,
             resets,
+            darks,
             task,
         })
     }
@@ -160,6 +171,33 @@ impl Proxy {
     pub fn reset(&self) {
         self.resets.send_modify(|n| *n += 1);
     }
+
+    /// Every connection open now goes dark for good; new ones relay normally.
+    pub fn go_dark(&self) {
+        self.darks.send_modify(|n| *n += 1);
+    }
+}
+
+/// How a relayed connection ended.
+enum Ended {
+    Closed,
+    Reset,
+    Dark,
+}
+
+/// A dark connection: what either end sends is read and dropped and neither end is closed,
+/// until the client closes its end and the server its own (or 10 minutes pass: a session the
+/// server keeps open is then closed, as TCP would at last give up on it).
+async fn swallow(client: TcpStream, server: TcpStream) {
+    async fn drain(mut s: TcpStream) {
+        let mut buf = vec![0u8; 16 * 1024];
+        while let Ok(1..) = s.read(&mut buf).await {}
+    }
+    let bound = Duration::from_secs(600);
+    let _ = tokio::join!(
+        tokio::time::timeout(bound, drain(client)),
+        tokio::time::timeout(bound, drain(server))
+    );
 }
 
 async fn server_of(upstream: std::net::SocketAddr) -> Option<TcpStream> {

@@ -43,7 +43,7 @@ pub enum Session {
     /// `run`: short statements only (a claim, a fenced write, a round of the rate limit), each
     /// retried within `DB_CONNECT_RETRY_S`. The server also ends a statement that runs past
     /// the longest a client waits for one (the outage limit, at least 2 s), a transaction left
-    /// open for 5 s (no round thinks that long between statements), and checks every second
+    /// open for 2 s (no round thinks that long between statements), and checks every second
     /// that the client is still there.
     Worker { outage_limit: Duration },
     /// Everything else: imports, archives and migrations run statements of minutes, and a
@@ -60,8 +60,10 @@ const KEEPALIVES: [(&str, &str); 4] = [
     ("tcp_user_timeout", "30000"),
 ];
 
-/// How long the server lets a worker's transaction sit idle before ending its session.
-const IDLE_IN_TRANSACTION: Duration = Duration::from_secs(5);
+/// How long the server lets a worker's transaction sit idle before ending its session. A rate
+/// round holds its key's row lock between statements the client sends back to back (a plan
+/// computed in microseconds): a pod gone dark mid-round stalls the fleet's rounds this long.
+const IDLE_IN_TRANSACTION: Duration = Duration::from_secs(2);
 
 impl Session {
     /// The startup options that set the server's bounds (see [`Session`]).

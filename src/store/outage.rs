@@ -20,7 +20,10 @@
 //! bloated table) gets 4, 8, 16 s… within the limit, and a dark one costs 2 s before the next
 //! attempt opens a new connection. The connection the cut attempt held is closed, never
 //! reused: the pool checks it on release (`super::connect`'s `after_release`). The server
-//! keeps its own bounds on the worker's sessions (`super::connect::Session`).
+//! keeps its own bounds on the worker's sessions (`super::connect::Session`). Two statements
+//! are single attempts with a bound of their own, not retried here: a round of the rate limit
+//! (bounded by the share's TTL and tried again at the next tick: `crate::rate::Coordinator`)
+//! and leaving the fleet (`crate::rate::LEAVE_TIMEOUT`).
 //!
 //! [`Outage`] is pure (the caller passes the time), so the rule is unit-tested without a clock
 //! or a database; [`retrying`] applies it to a statement.
@@ -241,6 +244,24 @@ mod tests {
         assert!(e.to_string().contains("no answer within"), "{e}");
         // 2 s, wait 0.2, 4 s, wait 0.4, then 3.4 s left: cut at 3.4 s, at the limit.
         assert_eq!(started.elapsed(), Duration::from_secs(10));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_error_the_caller_does_not_wait_for_is_returned_at_once() {
+        let mut tries = 0;
+        let started = Instant::now();
+        let got = retrying_if(
+            Duration::from_secs(30),
+            "a test statement",
+            |e| !matches!(e, sqlx::Error::RowNotFound),
+            || {
+                tries += 1;
+                async { Err::<(), _>(sqlx::Error::RowNotFound) }
+            },
+        )
+        .await;
+        assert!(matches!(got, Err(sqlx::Error::RowNotFound)));
+        assert_eq!((tries, started.elapsed()), (1, Duration::ZERO));
     }
 
     #[test]

@@ -31,6 +31,18 @@
 //! - **Counting** ([`recorder`]): every event updates the run report and the metrics together.
 //! - **Lifecycle** ([`lifecycle`]): `run` until done, `serve` for ever, or one `step`.
 //!
+//! One row's result passes through five types, each adding what the next step needs:
+//! [`crate::outcome::Attempt`] (what the HTTP exchange said, per the vendor's profile) →
+//! [`crate::outcome::Resolution`] (what becomes of the row, by the one retry policy) →
+//! `pipeline::Settled` (a resolution for a row under its claim, or the row left to someone
+//! else: what the flusher receives) → [`crate::store::Written`] (the plain values one fenced write
+//! stores; the store knows no policy) → [`crate::store::Finished`] (what that write did: rows
+//! still ours, sends that raced an opt-out).
+//!
+//! Every statement of a pass goes through `Pipeline::retrying` ([`shutdown`]): each attempt cut
+//! at its bound and retried on a new connection ([`crate::store::outage`]), given up at the
+//! shutdown bound once the pass is stopping.
+//!
 //! Memory is flat in campaign size, and what a SIGKILL can leave `sending` is bounded: a pod holds
 //! fewer than `BATCH_SIZE + low_water` rows at any moment (room is made only when a row's result
 //! is written, in `Held::forget`; the flusher writes early when the claimer waits for room).

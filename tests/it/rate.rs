@@ -427,3 +427,45 @@ async fn a_429_pauses_its_own_pod_at_once_even_when_the_fleet_cannot_be_told(poo
     );
     assert!(s.chaos_429 >= 1, "the storm met no request: {s:?}");
 }
+
+/// A pod whose campaign has rows left but none claimable yet (all in retry backoff) holds no
+/// share of the fleet's limit while it waits: its weight is 0, so the pods of other campaigns
+/// on the same account get the whole limit.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_pod_whose_rows_all_wait_in_backoff_holds_no_share_of_the_limit(pool: PgPool) {
+    sqlx::query(
+        "INSERT INTO campaign_targets (campaign_id, member_id, email, attempts, not_before)
+         SELECT $1, g, 'member' || g || '@example.com', 1, now() + interval '60 seconds'
+           FROM generate_series(1, 20) g",
+    )
+    .bind(CAMPAIGN)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let p = provider(Default::default()).await;
+    let w = worker(&pool, config(&p.url)).await;
+    let cancel = CancellationToken::new();
+    let run = tokio::spawn({
+        let cancel = cancel.clone();
+        async move { w.run(cancel).await }
+    });
+    until_some(
+        Duration::from_secs(10),
+        "the pod joined the fleet",
+        || async { (live_pods(&pool).await > 0).then_some(()) },
+    )
+    .await;
+    // An absence: six rounds and many empty claims later the pod still asks for nothing (a
+    // loaded machine only makes fewer of them).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let weight: f64 = sqlx::query_scalar(
+        "SELECT weight FROM rate_pods WHERE worker = 'test-worker' AND expires_at > clock_timestamp()",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(weight, 0.0, "a pod with nothing claimable holds a share");
+    assert_eq!(p.fake.stats().requests, 0);
+    cancel.cancel();
+    run.await.unwrap().unwrap();
+}

@@ -12,6 +12,8 @@
 //! | `kill` | every ~5 s a random worker gets SIGKILL; it is started again 1 s later (as a Job's pod would be) |
 //! | `pg-restart` | PostgreSQL is stopped (fast) for `--pg-down-s` (8 s), and again for 2 s, then started; how soon after each return the fleet is at 95 % of the limit again is reported |
 //! | `blackhole` | worker 0's database connection stops moving bytes for 3 × `LEASE_S`, then resumes (its held writes arrive late) |
+//! | `dark` | at 10 s every worker's database connections open at that moment go dark for good (new ones relay normally), with statements in flight on them (the work table is locked for the half second before); again at 30 s, and worker 0 gets SIGTERM half a second later |
+//! | `dark-one` | the same, worker 0's connections only |
 //! | `provider` | a 429 storm with `Retry-After`, a 5xx burst, a stall past the read timeout, and connection resets |
 //! | `scale` | 1 worker, then one more every 3 s up to 8, then SIGTERM one every 3 s down to 1 |
 //! | `all` | all of the above in one run (kills spare worker 0, the partitioned one) |
@@ -31,7 +33,11 @@
 //!   arrived (offered load, whatever the answer);
 //! - **exit codes as documented**: 0 for a worker that ran to the end, 0 or 1 for one we sent
 //!   SIGTERM, killed ones aside; a 75 (database gone too long), 2 or 3 fails the run;
-//! - `blackhole`: the cut-off worker's late writes were fenced (`stale_writes` > 0).
+//! - `blackhole`: the cut-off worker's late writes were fenced (`stale_writes` > 0);
+//! - **a stopping pod goes within its grace**: every worker sent SIGTERM exited within
+//!   `--grace-s` (the manifests' `terminationGracePeriodSeconds`);
+//! - `dark`, `dark-one`: after each dark moment, the fleet was back at ≥ 95 % of the limit
+//!   within 10 s (accepted requests, every 1-s window from then to 15 s after).
 //!
 //! It prints one JSON line and a Markdown table row (docs/RELIABILITY.md). Bounded: the run is
 //! stopped after `--timeout-s`; everything talks to 127.0.0.1 only.
@@ -59,7 +65,7 @@ pub struct Args {
     /// PostgreSQL server to create the run's database on (a throwaway one).
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: String,
-    /// kill | pg-restart | blackhole | provider | scale | all
+    /// kill | pg-restart | blackhole | dark | dark-one | provider | scale | all
     #[arg(long)]
     scenario: String,
     /// The contract the workers speak (`MAIL_PROVIDER`): json | sendgrid | ses | postmark |
@@ -94,6 +100,10 @@ pub struct Args {
     /// How long PostgreSQL stays down in `pg-restart`'s first restart (the second is 2 s).
     #[arg(long, default_value_t = 8.0)]
     pub pg_down_s: f64,
+    /// The grace period a SIGTERM'd worker must exit within (the manifests'
+    /// `terminationGracePeriodSeconds`).
+    #[arg(long, default_value_t = 30.0)]
+    pub grace_s: f64,
     /// Seed for the random choices (which worker is killed, when).
     #[arg(long, default_value_t = 7)]
     seed: u64,
@@ -139,12 +149,23 @@ async fn main() -> anyhow::Result<()> {
     )?;
     let pg_proxy = Proxy::start(socket_of(&db_url)?).await?;
     let db_url_0 = with_port(&db_url, pg_proxy.port)?;
+    // The other workers reach it directly, or through a proxy of their own when their
+    // connections are to go dark.
+    let pg_fleet_proxy = Proxy::start(socket_of(&db_url)?).await?;
+    let fleet_dark = events
+        .iter()
+        .any(|(_, e)| matches!(e, Ev::Dark { all: true }));
+    let db_url_fleet = if fleet_dark {
+        with_port(&db_url, pg_fleet_proxy.port)?
+    } else {
+        db_url.clone()
+    };
     let logdir = a.logs.join(&run_id);
     std::fs::create_dir_all(&logdir)?;
     let spawner = Spawner::new(
         &a,
         sibling("campaign-sender")?,
-        (db_url, db_url_0),
+        (db_url_fleet, db_url_0),
         provider_env,
         logdir.clone(),
     );
@@ -157,6 +178,7 @@ async fn main() -> anyhow::Result<()> {
         provider_base: provider.base.clone(),
         provider_proxy,
         pg_proxy,
+        pg_fleet_proxy,
     };
     let mut play = Play::start(&a, levers, spawner, rng, start_workers, &events)?;
     play.run().await?;

@@ -90,6 +90,8 @@ impl Spawner {
             index,
             child,
             signalled: None,
+            signalled_at: None,
+            stopped_after_term: None,
             code: None,
             report: None,
         })
@@ -104,6 +106,8 @@ pub struct Levers {
     pub provider_base: String,
     pub provider_proxy: Proxy,
     pub pg_proxy: Proxy,
+    /// The other workers' database proxy (used only when their connections go dark).
+    pub pg_fleet_proxy: Proxy,
 }
 
 /// A chaos run in progress, and what it recorded.
@@ -130,6 +134,8 @@ pub struct Play {
     pub pg_back: Vec<Instant>,
     /// The same, in Unix ms (to compare with the provider's arrival times).
     pub pg_back_ms: Vec<u64>,
+    /// When connections went dark, in Unix ms.
+    pub dark_ms: Vec<u64>,
     pub started: Instant,
     pub timed_out: bool,
 }
@@ -166,6 +172,7 @@ impl Play {
             optouts: Vec::new(),
             pg_back: Vec::new(),
             pg_back_ms: Vec::new(),
+            dark_ms: Vec::new(),
             started: Instant::now(),
             timed_out: false,
         })
@@ -265,6 +272,33 @@ impl Play {
                 self.dup_bound_rows += held;
                 note["sending"] = json!(held);
             }
+            Ev::Dark { all } => {
+                // Statements in flight when it happens, as in a real failover: the work table
+                // is locked for half a second first, so every statement on it then waits in
+                // the server; its answer goes into the dark.
+                let mut lock = self.levers.pool.begin().await?;
+                sqlx::query("LOCK TABLE campaign_targets IN ACCESS EXCLUSIVE MODE")
+                    .execute(&mut *lock)
+                    .await?;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                self.levers.pg_proxy.go_dark();
+                if all {
+                    self.levers.pg_fleet_proxy.go_dark();
+                }
+                lock.commit().await?;
+                self.dark_ms.push(unix_ms());
+                self.dup_bound_rows += held;
+                note["sending"] = json!(held);
+            }
+            Ev::TermWorker0 => {
+                let Some(i) = (0..self.procs.len())
+                    .find(|i| self.procs[*i].index == 0 && self.procs[*i].untouched())
+                else {
+                    return Ok(false);
+                };
+                self.procs[i].signal("TERM")?;
+                note["worker"] = json!(0);
+            }
             Ev::Provider(c) => {
                 let url = format!("{}/chaos", self.levers.provider_base);
                 self.levers
@@ -342,6 +376,9 @@ impl Play {
         for p in self.procs.iter_mut().filter(|p| p.running()) {
             if let Some(st) = p.child.try_wait()? {
                 p.code = Some(st.code().unwrap_or(-1));
+                if p.signalled == Some("TERM") {
+                    p.stopped_after_term = p.signalled_at.map(|t| t.elapsed());
+                }
                 p.report = loadtest::report_of(&mut p.child)?;
             }
         }
@@ -376,8 +413,11 @@ impl Play {
 pub struct Proc {
     pub index: usize,
     child: Child,
-    /// The signal we sent it, if any.
+    /// The signal we sent it, if any, and when.
     pub signalled: Option<&'static str>,
+    signalled_at: Option<Instant>,
+    /// How long after its SIGTERM it exited.
+    pub stopped_after_term: Option<Duration>,
     pub code: Option<i32>,
     pub report: Option<Value>,
 }
@@ -397,6 +437,7 @@ impl Proc {
             .args([format!("-{sig}"), self.child.id().to_string()])
             .status()?;
         self.signalled = Some(sig);
+        self.signalled_at = Some(Instant::now());
         Ok(())
     }
 }

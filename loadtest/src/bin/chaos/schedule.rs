@@ -18,6 +18,11 @@ pub enum Ev {
     PgRestart(f64),
     /// Blackhole worker 0's database connection for this many seconds.
     Blackhole(f64),
+    /// The database connections open now go dark for good (new ones relay): every worker's
+    /// (`true`) or worker 0's only.
+    Dark { all: bool },
+    /// SIGTERM worker 0 (whose connections just went dark; not restarted).
+    TermWorker0,
     /// A provider misbehaviour.
     Provider(ChaosRequest),
     /// Reset every open connection to the provider.
@@ -68,6 +73,13 @@ pub fn schedule(a: &Args, rng: &mut impl Rng) -> anyhow::Result<(usize, Vec<(f64
             ev.push((15.0, Ev::Blackhole(3.0 * a.lease_s as f64)));
             a.workers
         }
+        "dark" | "dark-one" => {
+            let all = a.scenario == "dark";
+            ev.push((10.0, Ev::Dark { all }));
+            ev.push((30.0, Ev::Dark { all }));
+            ev.push((30.5, Ev::TermWorker0));
+            a.workers
+        }
         "provider" => {
             provider(&mut ev, [10.0, 25.0, 40.0, 55.0]);
             a.workers
@@ -91,7 +103,7 @@ pub fn schedule(a: &Args, rng: &mut impl Rng) -> anyhow::Result<(usize, Vec<(f64
             a.workers
         }
         other => {
-            bail!("--scenario {other:?}: expected kill, pg-restart, blackhole, provider, scale or all")
+            bail!("--scenario {other:?}: expected kill, pg-restart, blackhole, dark, dark-one, provider, scale or all")
         }
     };
     ev.sort_by(|x, y| x.0.total_cmp(&y.0));
@@ -104,7 +116,7 @@ pub fn most_running(events: &[(f64, Ev)], start: usize) -> usize {
     for (_, e) in events {
         match e {
             Ev::Join => n += 1,
-            Ev::Term => n -= 1,
+            Ev::Term | Ev::TermWorker0 => n -= 1,
             _ => {}
         }
         most = most.max(n);

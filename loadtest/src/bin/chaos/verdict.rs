@@ -146,6 +146,13 @@ pub async fn judge(
     let bad_exits = bad_exits(&play.procs);
     let blackholed = events.iter().any(|(_, e)| matches!(e, Ev::Blackhole(_)));
     let fenced_0 = stale_writes(&play.procs, true);
+    let after_dark = after_dark(&play.dark_ms, accepted_ms.clone(), a.provider_rate);
+    let slowest_stop = play
+        .procs
+        .iter()
+        .filter_map(|p| p.stopped_after_term)
+        .max()
+        .map(|d| d.as_secs_f64());
     let mut checks = vec![
         (
             "every target sent or failed (none lost or stuck)",
@@ -169,10 +176,20 @@ pub async fn judge(
             s.max_offered_in_1s <= limit_plus_burst,
         ),
         ("exit codes as documented", bad_exits.is_empty()),
+        (
+            "every SIGTERM'd worker exited within the grace period",
+            slowest_stop.is_none_or(|s| s <= a.grace_s),
+        ),
         ("run finished in time", !play.timed_out),
     ];
     if blackholed {
         checks.push(("the cut-off worker's late writes fenced", fenced_0 > 0));
+    }
+    if !play.dark_ms.is_empty() {
+        checks.push((
+            "back at >= 95 % of the limit within 10 s of each dark moment",
+            after_dark.iter().all(|d| d.back_s <= 10.0),
+        ));
     }
     let failed: Vec<&'static str> = checks.iter().filter(|c| !c.1).map(|c| c.0).collect();
     // Throughput between 10 % and 90 % of the campaign is not tracked here (see `drain`): the
@@ -219,6 +236,8 @@ pub async fn judge(
             &play.pg_back_ms,
             &deliveries.iter().map(|d| d.first_ms).collect::<Vec<_>>()
         ),
+        "after_dark": after_dark,
+        "slowest_stop_after_term_s": slowest_stop.map(|s| (s * 10.0).round() / 10.0),
         "exit_codes": play.procs.iter().map(|p| json!([p.index, p.signalled, p.code])).collect::<Vec<_>>(),
         "bad_exits": bad_exits,
         "checks_failed": failed,
@@ -254,6 +273,43 @@ fn back_to_limit(backs_ms: &[u64], mut t: Vec<u64>, limit: f64) -> Vec<Option<f6
                 .chain(t[from..].iter().copied())
                 .find(|x| in_window(*x) >= need)
                 .map(|x| ((x - back) as f64 / 100.0).round() / 10.0)
+        })
+        .collect()
+}
+
+/// The fleet after connections went dark at `dark_ms`.
+#[derive(Debug, serde::Serialize)]
+struct AfterDark {
+    /// Seconds from the dark moment to the end of the last 1-s window (starting within 15 s
+    /// of it, every 250 ms) with fewer than 95 % of the limit accepted: 0 if none was.
+    back_s: f64,
+    /// The fewest requests accepted in one of those windows.
+    lowest_1s: usize,
+    /// Accepted requests in each second of the 12 s from the dark moment.
+    per_s: Vec<usize>,
+}
+
+fn after_dark(dark_ms: &[u64], mut t: Vec<u64>, limit: f64) -> Vec<AfterDark> {
+    t.sort_unstable();
+    let need = (0.95 * limit).ceil() as usize;
+    let in_window = |x: u64| t.partition_point(|y| *y < x + 1000) - t.partition_point(|y| *y < x);
+    dark_ms
+        .iter()
+        .map(|d| {
+            let windows: Vec<(u64, usize)> = (0..=60u64)
+                .map(|q| d + q * 250)
+                .map(|x| (x, in_window(x)))
+                .collect();
+            let back_s = windows
+                .iter()
+                .filter(|(_, n)| *n < need)
+                .map(|(x, _)| (x + 1000 - d) as f64 / 1000.0)
+                .fold(0.0, f64::max);
+            AfterDark {
+                back_s,
+                lowest_1s: windows.iter().map(|(_, n)| *n).min().unwrap_or(0),
+                per_s: (0..12u64).map(|k| in_window(d + k * 1000)).collect(),
+            }
         })
         .collect()
 }
