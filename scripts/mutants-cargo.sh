@@ -6,13 +6,13 @@
 #                         count failures
 #   src/rate/plan.rs      the pure round: fair shares, the handover second, AIMD, expiry
 #   src/rate/pacer.rs     the quota and burst, grants that lapse, lowering, pauses, acquiring
-#   src/store/outage.rs   the one database retry rule: the waits, their cap, giving up at the limit
+#   src/store/outage.rs   the one database retry rule: the waits, their cap, each attempt's bound,
+#                         giving up at the limit (on a paused clock)
 #   src/exit.rs           the one exit-code rule
 #   src/provider/*        each vendor's request and answer table (not mod.rs: the client, judged
 #                         by the integration suite)
 #   src/worker/held.rs    the rows a pass holds: counting, room, the early-write mark
-# (`retrying` and `retrying_if`, the rule applied to a statement, are judged by the integration tests:
-# scripts/mutants-it.sh.) Fails if any mutant survives; a mutant that makes a test hang is cut
+# Fails if any mutant survives; a mutant that makes a test hang is cut
 # at --timeout and counted caught (the suite did not pass).
 #   scripts/mutants-cargo.sh                 # every mutant (~25 min on 2 cores)
 #   scripts/mutants-cargo.sh --in-diff REV   # only mutants on lines changed since git revision REV (CI)
@@ -37,6 +37,6 @@ rm -rf "$out" && mkdir -p "$out"
 for f in "${files[@]}"; do args+=(--file "$f"); done
 rc=0
 # -C --lib: build and run only the library's unit-test binary for each mutant.
-cargo mutants "${args[@]}" -p campaign-sender --exclude-re 'retrying' \
+cargo mutants "${args[@]}" -p campaign-sender \
   --copy-target=true --timeout 20 --build-timeout 900 -C --lib --output "$out" || rc=$?
 exec scripts/mutants-report.sh "$out" "$rc" "cargo mutants (unit)"
