@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The chaos harness (loadtest/src/bin/chaos/) on a throwaway PostgreSQL, one scenario after another:
-#   scripts/chaos.sh                       # kill pg-restart blackhole provider scale all, 50 000 targets each
+#   scripts/chaos.sh                       # kill pg-restart blackhole dark dark-one provider scale all, 50 000 targets each
 #   scripts/chaos.sh kill all -- --targets 20000
 # Prints each scenario's Markdown row (docs/RELIABILITY.md) and exits 1 if any check failed.
 # Loopback only; each scenario bounded by --timeout-s (default 900 s). The workers log at `warn`;
@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 scenarios=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do scenarios+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
-[ ${#scenarios[@]} -gt 0 ] || scenarios=(kill pg-restart blackhole provider scale all)
+[ ${#scenarios[@]} -gt 0 ] || scenarios=(kill pg-restart blackhole dark dark-one provider scale all)
 cargo build --locked --release --workspace --bins --quiet
 dir=$(mktemp -d)
 trap 'scripts/pg.sh stop "$dir"' EXIT
