@@ -15,6 +15,7 @@ mod events_e2e;
 mod events_sns;
 mod exit_codes;
 mod hostile;
+mod import;
 mod keda;
 mod manifests;
 mod manifests_servers;
