@@ -143,3 +143,45 @@ async fn a_run_whose_connections_go_dark_sends_every_row_once(pool: PgPool) {
         "no dark connection was closed: {went_dark} went dark"
     );
 }
+
+/// The server's bounds are set on the sessions they are meant for: keepalives on every one; a
+/// statement time-out (the outage limit), the idle-transaction bound and the client check only on
+/// a worker's (an import's COPY or an archive may run for minutes).
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn keepalives_on_every_session_and_statement_bounds_only_on_a_workers(pool: PgPool) {
+    let url = worker_url(&pool).await;
+    let show = |p: PgPool| async move {
+        let mut got = Vec::new();
+        for setting in [
+            "tcp_keepalives_idle",
+            "tcp_keepalives_interval",
+            "tcp_keepalives_count",
+            "tcp_user_timeout",
+            "statement_timeout",
+            "idle_in_transaction_session_timeout",
+            "client_connection_check_interval",
+        ] {
+            let v: String = sqlx::query_scalar(&format!("SHOW {setting}"))
+                .fetch_one(&p)
+                .await
+                .unwrap();
+            got.push(v);
+        }
+        got
+    };
+    let worker = show(worker_pool(&url, 1).await).await;
+    assert_eq!(
+        worker,
+        ["10", "5", "3", "30000", "20s", "2s", "1s"],
+        "a worker's session"
+    );
+    let cfg = DbConfig::from_vars([("DATABASE_URL".to_string(), url.clone())]).unwrap();
+    let other = connect::connect(&cfg, Session::Other, |_| false)
+        .await
+        .unwrap();
+    assert_eq!(
+        show(other).await,
+        ["10", "5", "3", "30000", "0", "0", "0"],
+        "an operator's session"
+    );
+}
