@@ -53,7 +53,7 @@ done
 # would use them: they render, validate, and do what they say.
 mkdir "$tmp/with-components"
 rel=$(realpath --relative-to="$tmp/with-components" manifests)
-for mode in indexed-job cronjob cadence-nightly-window cadence-every-6h deployment; do
+for mode in indexed-job cronjob cadence-nightly-window cadence-every-6h deployment events; do
   echo "== overlays/$mode + every component"
   cat >"$tmp/with-components/kustomization.yaml" <<YAML
 apiVersion: kustomize.config.k8s.io/v1beta1
