@@ -292,8 +292,7 @@ fn pods_run_real_subcommands_and_expose_the_metrics_port_the_app_listens_on() {
         );
     }
     assert_eq!(subcommands, ["run", "run", "serve"]);
-    let pm = load("manifests/monitoring/podmonitor.yaml");
-    assert_eq!(at(&pm, "spec.podMetricsEndpoints.0.port"), "metrics");
+    // Where Prometheus scrapes: manifests_servers::prometheus_scrapes_every_pod_that_serves_metrics.
     let np = load("manifests/base/networkpolicy.yaml");
     assert_eq!(int(&np, "spec.ingress.0.ports.0.port"), port as i64);
     let migrate = load("manifests/base/migrate-job.yaml");
@@ -391,7 +390,7 @@ fn the_disruption_budget_holds_serve_pods_and_never_job_pods() {
 }
 
 /// Every file `kubectl apply -f DIR` would read (it takes .yaml, .yml and .json).
-fn applied_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+pub(crate) fn applied_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         if path.is_dir() {

@@ -1,11 +1,13 @@
 //! The manifests of the two HTTP servers (`events`, the status page) and the alerts' runbook
 //! links, held to the binary: what they run, where they listen, what they read.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Deserialize;
 
 use campaign_sender::config::known_variables;
 
-use crate::manifests::{args_of, at, int, load};
+use crate::manifests::{applied_files, args_of, at, int, load};
 
 /// A server container's variables by name: each one the binary reads, and every secret
 /// (`DATABASE_URL`, a key, a secret, a password) by reference to the Secret `secret`.
@@ -190,4 +192,85 @@ fn every_alert_links_a_runbook_section_that_exists() {
         }
     }
     assert!(alerts >= 15, "{alerts} alerts");
+}
+
+/// Whether a Kubernetes label selector (`matchLabels`, `matchExpressions` with `In`) selects a
+/// pod with `labels`.
+fn selects(selector: &serde_yaml::Value, labels: &serde_yaml::Value) -> bool {
+    let label = |k: &serde_yaml::Value| labels[k.as_str().unwrap()].as_str();
+    let by_value = selector["matchLabels"]
+        .as_mapping()
+        .into_iter()
+        .flatten()
+        .all(|(k, v)| label(k) == v.as_str());
+    let by_expression = selector["matchExpressions"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .all(|e| {
+            assert_eq!(e["operator"], "In", "only In is read here: {e:?}");
+            let values = e["values"].as_sequence().unwrap();
+            label(&e["key"]).is_some_and(|l| values.iter().any(|v| v.as_str() == Some(l)))
+        });
+    by_value && by_expression
+}
+
+/// Every pod template in `manifests/` with a port named `metrics` (the workers of each mode, the
+/// webhook receivers) is one the PodMonitor scrapes: an alert on a metric nobody scrapes never
+/// fires, or fires for ever (`EventsLagging` reads "no event came back" from a counter that is
+/// absent when the events pods are not scraped).
+#[test]
+fn prometheus_scrapes_every_pod_that_serves_metrics() {
+    let pm = load("manifests/monitoring/podmonitor.yaml");
+    assert_eq!(at(&pm, "spec.podMetricsEndpoints.0.port"), "metrics");
+    let selector = at(&pm, "spec.selector");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
+    let mut files = Vec::new();
+    applied_files(&root, &mut files);
+    let mut scraped = BTreeMap::new();
+    for file in files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "yaml"))
+    {
+        let text = std::fs::read_to_string(file).unwrap();
+        for doc in serde_yaml::Deserializer::from_str(&text) {
+            let doc = serde_yaml::Value::deserialize(doc).unwrap();
+            let template = match doc["kind"].as_str() {
+                Some("Job" | "Deployment") => at(&doc, "spec.template"),
+                Some("CronJob") => at(&doc, "spec.jobTemplate.spec.template"),
+                _ => continue,
+            };
+            // Patches (the cadence overlays, components) name no containers: skipped.
+            let serves_metrics = template["spec"]["containers"]
+                .as_sequence()
+                .into_iter()
+                .flatten()
+                .flat_map(|c| c["ports"].as_sequence().into_iter().flatten())
+                .any(|p| p["name"] == "metrics");
+            if serves_metrics {
+                let name = at(&doc, "metadata.name").as_str().unwrap().to_string();
+                scraped.insert(
+                    format!("{} {name}", file.strip_prefix(&root).unwrap().display()),
+                    selects(selector, &template["metadata"]["labels"]),
+                );
+            }
+        }
+    }
+    let components: BTreeSet<_> = scraped
+        .keys()
+        .map(|k| k.rsplit(' ').next().unwrap())
+        .collect();
+    assert!(
+        components.contains("campaign-sender-events") && scraped.len() >= 4,
+        "{scraped:?}"
+    );
+    let missed: Vec<_> = scraped
+        .iter()
+        .filter(|(_, s)| !**s)
+        .map(|(k, _)| k)
+        .collect();
+    assert!(
+        missed.is_empty(),
+        "not scraped by the PodMonitor: {missed:?}"
+    );
 }
