@@ -126,17 +126,17 @@ pub fn install(addr: SocketAddr, worker: &str) -> Result<(), String> {
             )
         })
         .and_then(|b| b.install())
-        .map_err(|e| e.to_string())?;
-    start_alerted_counters_at_zero();
-    Ok(())
+        .map_err(|e| e.to_string())
 }
 
-/// Puts every counter an alert takes `increase`/`rate` of on `/metrics` at 0 from the start.
-/// Prometheus cannot see the first increment of a series that appears with it (a counter first
-/// scraped at 1 has no earlier sample to increase from), so without this a pod's first stale
-/// write, expired lease or mail sent after an opt-out would never fire its alert
-/// (manifests/monitoring/prometheusrule.yaml).
-fn start_alerted_counters_at_zero() {
+/// Puts every worker counter an alert takes `increase`/`rate` of on `/metrics` at 0 from the
+/// start (`run`, `serve`; the webhook server starts its own:
+/// `events::server::start_counters_at_zero`). Prometheus cannot see the first increment of a
+/// series that appears with it (a counter first scraped at 1 has no earlier sample to increase
+/// from), so without this a pod's first stale write, expired lease or mail sent after an opt-out
+/// would never fire its alert (manifests/monitoring/prometheusrule.yaml). Only a worker: a
+/// webhook pod showing `sends_total 0` would be a sender that never sends.
+pub fn start_worker_counters_at_zero() {
     for outcome in ["sent", "failed"] {
         counter!(SENDS_TOTAL, "outcome" => outcome).increment(0);
     }

@@ -185,6 +185,7 @@ async fn work(db: &Db<'_>, serve: Option<bool>, shutdown: CancellationToken) -> 
             eprintln!("configuration error: METRICS_ADDR: cannot serve metrics on {addr} ({e})");
             return Err(Exit::Config.into());
         }
+        crate::metrics::start_worker_counters_at_zero();
     }
     let outage_limit = db.outage_limit();
     let session = Session::Worker { outage_limit };

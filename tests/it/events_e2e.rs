@@ -195,7 +195,8 @@ async fn a_database_restart_mid_stream_loses_no_event_and_stores_each_once() {
 
 /// `campaign-sender events` as a process, logged in as its own role (docs/roles.sql): refuses to
 /// start with no vendor configured (78); serves /healthz, 404 for a vendor without a secret,
-/// records an event with exactly the grants it has, and its alerted counters start at 0.
+/// records an event with exactly the grants it has, its alerted counters start at 0, and it
+/// serves no sender's counters.
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn the_events_command_runs_as_its_role_and_says_what_is_missing(pool: PgPool) {
     seed(&pool, CAMPAIGN, 2).await;
@@ -259,6 +260,9 @@ async fn the_events_command_runs_as_its_role_and_says_what_is_missing(pool: PgPo
         assert!(text.contains(line), "{line} missing from:\n{text}");
     }
     assert!(!text.contains("@example.com"), "an address in the metrics");
+    // Only the webhook server's own series: a sender's counters here would show a webhook pod
+    // as a sender that never sends.
+    assert!(!text.contains("campaign_sender_sends_total"), "{text}");
     std::process::Command::new("kill")
         .args(["-TERM", &child.id().unwrap().to_string()])
         .status()
