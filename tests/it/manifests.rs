@@ -488,6 +488,23 @@ fn operator_pods_log_in_as_the_operator_role_and_run_restricted() {
     assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
     assert_eq!(c["securityContext"]["capabilities"]["drop"][0], "ALL");
     assert_eq!(spec["automountServiceAccountToken"], false);
+    // The database's CA where components/db-ca puts it for every other pod (a URL with
+    // `sslrootcert=` names that path); optional, so a cluster without the Secret still starts it.
+    let ca = load("manifests/components/db-ca/pod.yaml");
+    let (volume, mount) = (at(&ca, "0.value.0"), at(&ca, "1.value.0"));
+    let ours = &spec["volumes"][0];
+    assert_eq!(ours["secret"]["optional"], true);
+    for field in ["secretName", "items"] {
+        let theirs = serde_json::to_value(&volume["secret"][field]).unwrap();
+        assert_eq!(ours["secret"][field], theirs, "{field}");
+    }
+    let our_mount = &c["volumeMounts"][0];
+    assert_eq!(our_mount["name"], ours["name"]);
+    assert_eq!(
+        our_mount["mountPath"],
+        serde_json::to_value(&mount["mountPath"]).unwrap()
+    );
+    assert_eq!(our_mount["readOnly"], true);
     // The key is in the Secret's documented shape.
     let example = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/base/secret.yaml.example"),
