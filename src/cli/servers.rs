@@ -77,10 +77,12 @@ pub(super) async fn web(db: &Db<'_>, ratio: f64, shutdown: CancellationToken) ->
     let cfg = WebConfig::from_env().map_err(config_failure)?;
     let addr = cfg.socket().map_err(config_failure)?;
     let logins = cfg.logins().map_err(config_failure)?;
+    let zone = cfg.zone().map_err(config_failure)?;
     let (pool, listener) = connect_and_listen(db, addr, "WEB_ADDR").await?;
     let board = crate::web::board::Board::new(
         Duration::from_secs(cfg.web_refresh_s),
         Duration::from_millis(cfg.web_db_timeout_ms),
+        zone,
     );
     tokio::spawn(crate::web::board::refresh(
         pool,

@@ -23,6 +23,10 @@ pub struct WebConfig {
     /// take; past it the database counts as not answering and the pages answer 503.
     #[serde(default = "default_db_timeout_ms")]
     pub web_db_timeout_ms: u64,
+    /// `WEB_TIME_ZONE` (default `UTC`): the IANA zone the pages show every time in, with its
+    /// abbreviation (`Asia/Tokyo`: `2026-12-07 02:00:00 JST`). The JSON API stays in UTC.
+    #[serde(default = "default_time_zone")]
+    pub web_time_zone: String,
 }
 
 fn default_addr() -> String {
@@ -33,6 +37,9 @@ fn default_refresh_s() -> u64 {
 }
 fn default_db_timeout_ms() -> u64 {
     10_000
+}
+fn default_time_zone() -> String {
+    "UTC".into()
 }
 
 impl FromEnv for WebConfig {
@@ -45,6 +52,7 @@ impl FromEnv for WebConfig {
         if let Some(f) = &self.web_basic_auth_file {
             self.logins_in(f)?;
         }
+        self.zone()?;
         Ok(())
     }
 }
@@ -57,6 +65,12 @@ impl WebConfig {
                 format!("must be host:port, e.g. 127.0.0.1:8081 ({e})"),
             )
         })
+    }
+
+    /// `WEB_TIME_ZONE` as a zone.
+    pub fn zone(&self) -> Result<chrono_tz::Tz, ConfigError> {
+        crate::window::parse_tz(&self.web_time_zone)
+            .map_err(|problem| ConfigError::new("WEB_TIME_ZONE", problem))
     }
 
     /// The logins of `WEB_BASIC_AUTH_FILE` (none: no file set, the page is open).
@@ -115,6 +129,7 @@ mod tests {
         let c = cfg(&[]).unwrap();
         assert_eq!(c.socket().unwrap().to_string(), "127.0.0.1:8081");
         assert_eq!(c.web_refresh_s, 5);
+        assert_eq!(c.zone().unwrap(), chrono_tz::Tz::UTC);
         assert!(c.logins().unwrap().is_empty());
     }
 
@@ -140,5 +155,10 @@ mod tests {
         assert_eq!(e.var, "WEB_REFRESH_S");
         let e = cfg(&[("WEB_ADDR", "localhost")]).unwrap_err();
         assert_eq!(e.var, "WEB_ADDR");
+        let e = cfg(&[("WEB_TIME_ZONE", "JST")]).unwrap_err();
+        assert_eq!(e.var, "WEB_TIME_ZONE");
+        assert!(e.problem.contains("Asia/Tokyo"), "{}", e.problem);
+        let c = cfg(&[("WEB_TIME_ZONE", "Asia/Tokyo")]).unwrap();
+        assert_eq!(c.zone().unwrap(), chrono_tz::Tz::Asia__Tokyo);
     }
 }

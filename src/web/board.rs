@@ -18,6 +18,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
@@ -85,6 +86,8 @@ pub struct Board {
     /// `WEB_DB_TIMEOUT_MS`: the longest one read may take before the database counts as not
     /// answering.
     pub read_timeout: Duration,
+    /// `WEB_TIME_ZONE`: the zone the pages show times in.
+    pub zone: Tz,
 }
 
 #[derive(Debug)]
@@ -96,7 +99,7 @@ struct Inner {
 }
 
 impl Board {
-    pub fn new(refresh: Duration, read_timeout: Duration) -> Arc<Self> {
+    pub fn new(refresh: Duration, read_timeout: Duration, zone: Tz) -> Arc<Self> {
         Arc::new(Self {
             inner: RwLock::new(Inner {
                 views: BTreeMap::new(),
@@ -105,6 +108,7 @@ impl Board {
             }),
             refresh,
             read_timeout,
+            zone,
         })
     }
 

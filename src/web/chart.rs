@@ -3,6 +3,7 @@
 //! numbers as text too (`<title>` and a caption), so it reads without the picture.
 
 use chrono::{DateTime, Duration, Utc};
+use chrono_tz::Tz;
 use maud::{html, Markup};
 
 use crate::store::account::Member;
@@ -79,7 +80,13 @@ pub fn nice_top(max: f64) -> f64 {
         .unwrap_or(10.0 * p)
 }
 
-fn label_time(t: DateTime<Utc>, span_days: bool) -> String {
+/// The zone's abbreviation at `t` (`JST`; `CET` or `CEST` by the date).
+fn abbr(t: DateTime<Utc>, zone: Tz) -> String {
+    t.with_timezone(&zone).format("%Z").to_string()
+}
+
+fn label_time(t: DateTime<Utc>, zone: Tz, span_days: bool) -> String {
+    let t = t.with_timezone(&zone);
     if span_days {
         t.format("%b %-d %H:%M").to_string()
     } else {
@@ -87,8 +94,9 @@ fn label_time(t: DateTime<Utc>, span_days: bool) -> String {
     }
 }
 
-/// Deliveries per minute over the campaign's life, as read at `read_at`.
-pub fn sent(minutes: &[Minute], read_at: DateTime<Utc>) -> Markup {
+/// Deliveries per minute over the campaign's life, as read at `read_at`, its times in `zone`
+/// (`WEB_TIME_ZONE`; the abbreviation is the last bar's).
+pub fn sent(minutes: &[Minute], read_at: DateTime<Utc>, zone: Tz) -> Markup {
     let Some(b) = buckets(minutes) else {
         return html! { p.empty { "Nothing delivered yet." } };
     };
@@ -105,13 +113,14 @@ pub fn sent(minutes: &[Minute], read_at: DateTime<Utc>) -> Markup {
         w => format!("per minute, averaged over {w} minutes"),
     };
     let total: i64 = minutes.iter().map(|m| m.sent).sum();
+    let last = abbr(end, zone);
     let caption = format!(
-        "Mails delivered {unit}, {} to {} UTC: {} in all, at most {:.0} a minute (read at {} UTC).",
-        label_time(first, true),
-        label_time(end, true),
+        "Mails delivered {unit}, {} to {} {last}: {} in all, at most {:.0} a minute (read at {}).",
+        label_time(first, zone, true),
+        label_time(end, zone, true),
         super::page::grouped(total),
         peak,
-        read_at.format("%H:%M:%S")
+        read_at.with_timezone(&zone).format("%H:%M:%S %Z")
     );
     html! {
         figure {
@@ -128,11 +137,11 @@ pub fn sent(minutes: &[Minute], read_at: DateTime<Utc>) -> Markup {
                     @let h = plot_h * v / top;
                     rect.bar x=(LEFT + i as f64 * bar_w) y=(TOP + plot_h - h)
                         width=(f64::max(bar_w - 1.0, 0.5)) height=(h) {
-                        title { (format!("{} UTC: {:.0} a minute", label_time(*at, days), v)) }
+                        title { (format!("{} {}: {:.0} a minute", label_time(*at, zone, days), abbr(*at, zone), v)) }
                     }
                 }
-                text.axis x=(LEFT) y=(H - 4.0) { (label_time(first, days)) }
-                text.axis x=(W) y=(H - 4.0) text-anchor="end" { (label_time(end, days)) " UTC" }
+                text.axis x=(LEFT) y=(H - 4.0) { (label_time(first, zone, days)) }
+                text.axis x=(W) y=(H - 4.0) text-anchor="end" { (label_time(end, zone, days)) " " (last) }
             }
             figcaption { (caption) }
         }
@@ -225,6 +234,29 @@ mod tests {
         let sum: f64 = b.bars.iter().map(|(_, v)| v * b.width_min as f64).sum();
         assert_eq!(sum, 120.0 * 30_000.0, "every delivery is in a bucket");
         assert!(buckets(&[]).is_none());
+    }
+
+    /// 17:00–17:10 UTC on 6 December is 02:00–02:10 on the 7th in Tokyo: the axis, the
+    /// caption and every bar read in the page's zone and say which it is.
+    #[test]
+    fn the_chart_reads_in_the_pages_time_zone() {
+        let start = DateTime::parse_from_rfc3339("2026-12-06T17:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let minutes: Vec<Minute> = (0..10)
+            .map(|i| Minute {
+                minute: start + Duration::minutes(i),
+                sent: 100,
+            })
+            .collect();
+        let svg = sent(&minutes, start + Duration::minutes(11), Tz::Asia__Tokyo).into_string();
+        assert!(svg.contains("Dec 7 02:00 to Dec 7 02:10 JST"), "{svg}");
+        assert!(svg.contains("read at 02:11:00 JST"), "{svg}");
+        assert!(svg.contains(">02:10 JST<"), "{svg}");
+        assert!(svg.contains("02:03 JST: 100 a minute"), "{svg}");
+        assert!(!svg.contains("UTC"), "{svg}");
+        let svg = sent(&minutes, start, Tz::UTC).into_string();
+        assert!(svg.contains("Dec 6 17:00 to Dec 6 17:10 UTC"), "{svg}");
     }
 
     #[test]

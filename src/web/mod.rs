@@ -150,7 +150,7 @@ fn unavailable(board: &Board) -> Option<Response> {
         Health::Unavailable { since, problem } => (
             "The database is not answering",
             html! {
-                p { "campaign-sender web cannot read the database since " (since.format("%Y-%m-%d %H:%M:%S UTC"))
+                p { "campaign-sender web cannot read the database since " (page::local(since, board.zone))
                     ", so no figure here would be current. It keeps trying every second; this page recovers by itself." }
                 p { "What the database said: " code { (problem) } }
                 p { "The workers ride out a database outage of up to DB_CONNECT_RETRY_S on their own (README \"Running it\")." }

@@ -8,6 +8,7 @@
 //! campaign ids only.
 
 use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
 use maud::{html, Markup, DOCTYPE};
 
 use super::board::{Board, View};
@@ -49,8 +50,12 @@ pub fn campaign_path(prefix: &str, id: &str) -> String {
     )
 }
 
-fn utc(t: DateTime<Utc>) -> String {
-    t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+/// `2026-12-07 02:00:00 JST`: a time in the page's zone (`WEB_TIME_ZONE`), with its
+/// abbreviation, so nobody has to know which zone the page is in.
+pub fn local(t: DateTime<Utc>, zone: Tz) -> String {
+    t.with_timezone(&zone)
+        .format("%Y-%m-%d %H:%M:%S %Z")
+        .to_string()
 }
 
 /// `in 4h12m` / `4h12m ago`.
@@ -174,7 +179,7 @@ pub fn index(board: &Board, views: &[View], now: DateTime<Utc>) -> Markup {
         board.refresh.as_secs(),
         html! {
             h1 { "Campaigns" }
-            (read_at(views.iter().map(|v| v.status.at).min(), now))
+            (read_at(views.iter().map(|v| v.status.at).min(), now, board.zone))
             @if views.is_empty() {
                 p.empty { "No campaign yet: `campaign-sender import --campaign NAME FILE` makes one." }
             } @else {
@@ -190,7 +195,7 @@ pub fn index(board: &Board, views: &[View], now: DateTime<Utc>) -> Markup {
                             @let st = State::of(s);
                             tr {
                                 th scope="row" { a href=(campaign_path("", &s.campaign_id)) { (s.campaign_id) } }
-                                td { (badge(&st)) (state_detail(&st, now)) }
+                                td { (badge(&st)) (state_detail(&st, now, board.zone)) }
                                 td { (progress(s)) }
                                 td.num { (rate(s)) }
                                 td { (eta(s)) }
@@ -203,33 +208,35 @@ pub fn index(board: &Board, views: &[View], now: DateTime<Utc>) -> Markup {
     )
 }
 
-fn read_at(at: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Markup {
+fn read_at(at: Option<DateTime<Utc>>, now: DateTime<Utc>, zone: Tz) -> Markup {
     html! {
         p.muted #read-at {
-            @if let Some(at) = at { "Figures read " (ago(at, now)) " (" (utc(at)) "); this page refreshes itself." }
+            @if let Some(at) = at { "Figures read " (ago(at, now)) " (" (local(at, zone)) "); this page refreshes itself." }
         }
     }
 }
 
 /// The state's detail in a few words, for the index.
-fn state_detail(st: &State, now: DateTime<Utc>) -> Markup {
+fn state_detail(st: &State, now: DateTime<Utc>, zone: Tz) -> Markup {
     let text = match st {
         State::Paused { by, .. } => format!(" by {}", typed(by, 40)),
         State::OutsideWindow { opens_at } => format!(" until {}", relative(*opens_at, now)),
         State::AtQuota { until: Some(u) } => format!(" until {}", relative(*u, now)),
-        State::Archived { at: Some(a) } => format!(" {}", a.format("%Y-%m-%d")),
+        State::Archived { at: Some(a) } => {
+            format!(" {}", a.with_timezone(&zone).format("%Y-%m-%d"))
+        }
         _ => String::new(),
     };
     html! { span.detail { (text) } }
 }
 
 /// The banner of a campaign that something stops, with the command that lifts it.
-fn banner(s: &Status, st: &State, now: DateTime<Utc>) -> Markup {
+fn banner(s: &Status, st: &State, now: DateTime<Utc>, zone: Tz) -> Markup {
     let id = &s.campaign_id;
     match st {
         State::Paused { by, at, reason } => html! {
             div.banner.paused #banner {
-                strong { "Paused" } " by " (typed(by, 40)) " since " (utc(*at))
+                strong { "Paused" } " by " (typed(by, 40)) " since " (local(*at, zone))
                 @if let Some(r) = reason { ": " (crate::import::csv::quoted(r)) }
                 ". " code { "campaign-sender resume --campaign " (id) } " lifts it."
             }
@@ -241,7 +248,7 @@ fn banner(s: &Status, st: &State, now: DateTime<Utc>) -> Markup {
             div.banner.quota #banner {
                 strong { "A sending quota is used up" }
                 @match until {
-                    Some(u) => { ": it frees " (relative(*u, now)) " (" (utc(*u)) "), by itself." }
+                    Some(u) => { ": it frees " (relative(*u, now)) " (" (local(*u, zone)) "), by itself." }
                     None => { ": it frees as the last 24 hours' sends age out." }
                 }
             }
@@ -262,8 +269,8 @@ pub fn campaign(board: &Board, v: &View, now: DateTime<Utc>) -> Markup {
             p.crumbs { a href="/" { "All campaigns" } }
             h1 { (s.campaign_id) " " (badge(&st)) }
             div #live {
-                (banner(s, &st, now))
-                (read_at(Some(s.at), now))
+                (banner(s, &st, now, board.zone))
+                (read_at(Some(s.at), now, board.zone))
                 (progress(s))
                 dl.facts {
                     dt { "Rate now" } dd { (rate(s)) " over the last minute (" (grouped(s.progress.sent_last_minute)) " delivered)" }
@@ -293,11 +300,11 @@ pub fn campaign(board: &Board, v: &View, now: DateTime<Utc>) -> Markup {
                         div.tile { dt { (label) } dd { (grouped(n)) @if let Some(n) = note { small { (n) } } } }
                     }
                 }
-                (unsendable(s))
+                (unsendable(s, board.zone))
                 div.pair {
                     section {
                         h2 { "Delivered over time" }
-                        (chart::sent(&v.history, v.history_at))
+                        (chart::sent(&v.history, v.history_at, board.zone))
                     }
                     section {
                         h2 { "The rate limit's shares" }
@@ -322,13 +329,13 @@ pub fn campaign(board: &Board, v: &View, now: DateTime<Utc>) -> Markup {
 }
 
 /// `unconfirmed` with since-when and the command that settles them.
-fn unsendable(s: &Status) -> Markup {
+fn unsendable(s: &Status, zone: Tz) -> Markup {
     let c = &s.progress.counts;
     html! {
         @if c.unconfirmed > 0 {
             div.banner.unconfirmed #unconfirmed {
                 strong { (grouped(c.unconfirmed)) " unconfirmed" }
-                @if let Some(t) = s.unconfirmed_since { " since " (utc(t)) }
+                @if let Some(t) = s.unconfirmed_since { " since " (local(t, zone)) }
                 ": maybe delivered, past the provider's idempotency window. Settle them with "
                 code { "campaign-sender resolve --campaign " (s.campaign_id) " --assume-sent" }
                 " or " code { "--resend" } " (docs/OPERATIONS.md)."

@@ -98,7 +98,8 @@ fn the_events_deployment_serves_where_the_app_listens_and_reads_only_its_variabl
 
 /// The status page's component: a real subcommand listening where the Service, the probes and
 /// the NetworkPolicy point, a login file from its Secret at the path `WEB_BASIC_AUTH_FILE`
-/// names, and only variables `web` reads, the database URL by reference.
+/// names, times in the CronJob's zone, and only variables `web` reads, the database URL by
+/// reference.
 #[test]
 fn the_web_component_serves_where_the_app_listens_behind_a_login() {
     use clap::Parser;
@@ -142,6 +143,11 @@ fn the_web_component_serves_where_the_app_listens_behind_a_login() {
         volume["secret"]["items"][0]["path"].as_str(),
         file.file_name().and_then(|f| f.to_str())
     );
+    // The pages' times in the zone the CronJob fires in, a zone the binary knows.
+    let zone = &env["WEB_TIME_ZONE"]["value"];
+    let cron = load("manifests/overlays/cronjob/cronjob.yaml");
+    assert_eq!(zone, at(&cron, "spec.timeZone"));
+    campaign_sender::window::parse_tz(zone.as_str().unwrap()).unwrap();
 }
 
 /// The anchor GitHub gives a heading: lower-cased, punctuation dropped (letters, digits, `-`

@@ -21,6 +21,16 @@ async fn serve(
     logins: Vec<String>,
     timeout: Duration,
 ) -> (String, Arc<Board>, CancellationToken) {
+    serve_in(url, logins, timeout, chrono_tz::Tz::UTC).await
+}
+
+/// [`serve`] with the pages' times in `zone` (`WEB_TIME_ZONE`).
+async fn serve_in(
+    url: &str,
+    logins: Vec<String>,
+    timeout: Duration,
+    zone: chrono_tz::Tz,
+) -> (String, Arc<Board>, CancellationToken) {
     // A patient pool: a database that does not answer must be noticed by the board's own
     // bound (`timeout`), not by the pool giving up.
     let pool = PgPoolOptions::new()
@@ -28,7 +38,7 @@ async fn serve(
         .acquire_timeout(Duration::from_secs(120))
         .connect_lazy(url)
         .unwrap();
-    let b = Board::new(Duration::from_secs(1), timeout);
+    let b = Board::new(Duration::from_secs(1), timeout, zone);
     let stop = CancellationToken::new();
     tokio::spawn(board::refresh(pool, b.clone(), 0.01, stop.clone()));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -178,6 +188,40 @@ async fn every_page_shows_the_status_figures_and_never_an_address(pool: PgPool) 
     for body in &answers[..5] {
         assert!(!body.contains('@'), "an address on a page: {body}");
     }
+    stop.cancel();
+}
+
+/// With `WEB_TIME_ZONE=Asia/Tokyo` every time a page shows is Tokyo's, saying so (a pause at
+/// 17:30 UTC reads 02:30 JST the next day); the JSON API stays in UTC.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn every_time_on_a_page_is_in_the_pages_time_zone(pool: PgPool) {
+    two_campaigns(&pool).await;
+    sqlx::query(
+        "UPDATE campaigns SET paused_at = '2026-12-06 17:30:00+00' WHERE campaign_id = 'autumn'",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let url = role_url(&pool, WEB_ROLE).await;
+    let zone = chrono_tz::Tz::Asia__Tokyo;
+    let (base, _board, stop) = serve_in(&url, vec![], Duration::from_secs(5), zone).await;
+    let (_, _, paused) = get(&format!("{base}/campaigns/autumn")).await;
+    assert!(paused.contains("since 2026-12-07 02:30:00 JST"), "{paused}");
+    let (_, _, index) = get(&format!("{base}/")).await;
+    let (_, _, spring) = get(&format!("{base}/campaigns/spring")).await;
+    for page in [&paused, &index, &spring] {
+        assert!(page.contains(" JST)"), "the read-at line: {page}");
+        assert!(
+            !page.contains("UTC"),
+            "a time not in the page's zone: {page}"
+        );
+    }
+    assert!(
+        spring.contains("unconfirmed") && spring.contains("JST: "),
+        "{spring}"
+    );
+    let (_, _, api) = get(&format!("{base}/api/campaigns/autumn")).await;
+    assert!(api.contains("2026-12-06T17:30:00"), "{api}");
     stop.cancel();
 }
 
