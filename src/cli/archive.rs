@@ -53,7 +53,7 @@ async fn archive_one(pool: &PgPool, campaign: &str, dry_run: bool) -> CliResult 
     if dry_run {
         let a = archive::archived(pool, campaign).await?;
         let rows = archive::rows_left(pool, campaign).await?;
-        let resumed = if a.is_some() {
+        let resumed = if a.is_some_and(|a| a.archived_at.is_none()) {
             " (resuming an interrupted archive)"
         } else {
             ""

@@ -8,7 +8,10 @@
 //! - each batch is one short transaction that locks only the rows it moves (all of the archived
 //!   campaign, none another campaign's workers hold) and gives up at `lock_timeout` rather than
 //!   queue; a batch either moves completely or not at all, so an interrupted archive resumes;
-//! - the counts are taken once, before the first row moves, and then stand.
+//! - the counts are taken before the first row of an archive moves, and then stand; archiving
+//!   a campaign again after its archive completed (a re-import queued members it never had, and
+//!   they settled) adds the rows then in the work table to them, so no row drops out of the
+//!   totals.
 
 use std::time::Duration;
 
@@ -56,8 +59,11 @@ pub async fn rows_left(pool: &PgPool, campaign_id: &str) -> Result<i64, sqlx::Er
         .await
 }
 
-/// Records the campaign's final counts (the first call's stand: a resumed archive keeps them)
-/// and returns them.
+/// Records the campaign's final counts and returns them. A resumed archive (`archived_at`
+/// still NULL) keeps the counts its first call took: the rows it has not moved yet are in them.
+/// A completed archive with rows in the work table again (members imported after it, settled
+/// since) gets those rows added and becomes an archive under way until [`complete`]: every row
+/// is counted once, whichever archive moved it.
 pub async fn begin(pool: &PgPool, campaign_id: &str) -> Result<Archived, sqlx::Error> {
     // language=PostgreSQL
     const BEGIN: &str = r#"
@@ -72,7 +78,17 @@ pub async fn begin(pool: &PgPool, campaign_id: &str) -> Result<Archived, sqlx::E
                max(sent_at) FILTER (WHERE state = 'sent')
           FROM campaign_targets
          WHERE campaign_id = $1
-        ON CONFLICT (campaign_id) DO NOTHING
+        ON CONFLICT (campaign_id) DO UPDATE
+           SET total        = archived_campaigns.total + EXCLUDED.total,
+               sent         = archived_campaigns.sent + EXCLUDED.sent,
+               failed       = archived_campaigns.failed + EXCLUDED.failed,
+               opted_out    = archived_campaigns.opted_out + EXCLUDED.opted_out,
+               unconfirmed  = archived_campaigns.unconfirmed + EXCLUDED.unconfirmed,
+               suppressed   = archived_campaigns.suppressed + EXCLUDED.suppressed,
+               last_sent_at = greatest(archived_campaigns.last_sent_at, EXCLUDED.last_sent_at),
+               started_at   = now(),
+               archived_at  = NULL
+         WHERE archived_campaigns.archived_at IS NOT NULL AND EXCLUDED.total > 0
     "#;
     sqlx::query(BEGIN).bind(campaign_id).execute(pool).await?;
     Ok(archived(pool, campaign_id)
@@ -155,13 +171,17 @@ pub async fn move_batch(
     Ok(last.map(|l| (n, l)))
 }
 
-/// Marks the archive complete.
+/// Marks the archive under way complete. One already complete keeps its moment: archiving a
+/// campaign again with nothing new to move changes nothing.
 pub async fn complete(pool: &PgPool, campaign_id: &str) -> Result<(), sqlx::Error> {
     // language=PostgreSQL
-    sqlx::query("UPDATE archived_campaigns SET archived_at = now() WHERE campaign_id = $1")
-        .bind(campaign_id)
-        .execute(pool)
-        .await?;
+    sqlx::query(
+        "UPDATE archived_campaigns SET archived_at = now()
+          WHERE campaign_id = $1 AND archived_at IS NULL",
+    )
+    .bind(campaign_id)
+    .execute(pool)
+    .await?;
     Ok(())
 }
 

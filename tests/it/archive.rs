@@ -144,8 +144,13 @@ async fn an_archived_campaign_leaves_the_work_table_and_status_keeps_its_final_c
     assert!(out.contains("state      archived 20"), "{out}");
 }
 
+/// Re-importing the list after `archive` queues only members the campaign never had, `status`
+/// counts the archived and the new rows, and archiving the campaign again once those are sent
+/// adds them to the archived counts: no row drops out of the totals.
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
-async fn reimporting_after_archive_queues_only_new_members_and_status_counts_both(pool: PgPool) {
+async fn a_reimport_after_archive_queues_only_new_members_and_archiving_again_keeps_every_count(
+    pool: PgPool,
+) {
     seed_finished(&pool, DONE, 100).await;
     let (code, _, err) = archive(&pool, &["--campaign", DONE]).await;
     assert_eq!(code, 0, "{err}");
@@ -184,6 +189,50 @@ async fn reimporting_after_archive_queues_only_new_members_and_status_counts_bot
     assert_eq!(v["counts"]["pending"], 3, "{v}");
     assert_eq!(v["counts"]["sent"], expected_outcomes(100)["sent"], "{v}");
     assert_eq!(v["done"], false);
+
+    // The three are sent; the campaign is archived again, and then once more with nothing new.
+    sqlx::query(
+        "UPDATE campaign_targets SET state = 'sent', sent_at = now(), attempts = 1
+          WHERE campaign_id = $1",
+    )
+    .bind(DONE)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let mut archived_at = serde_json::Value::Null;
+    for round in ["again", "with nothing new"] {
+        let (code, out, err) = archive(&pool, &["--campaign", DONE]).await;
+        assert_eq!(code, 0, "{round}: {out}\n{err}");
+        assert_eq!(rows_of(&pool, "campaign_targets", DONE).await, 0, "{round}");
+        assert_eq!(
+            rows_of(&pool, "campaign_archive", DONE).await,
+            103,
+            "{round}"
+        );
+        let status = spawn_sender(&["status", "--campaign", DONE, "--json"], &url, &[]);
+        let (code, out, err) = finish(status, Duration::from_secs(20)).await;
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+        assert_eq!(v["counts"]["total"], 103, "{round}: {v}");
+        assert_eq!(
+            v["counts"]["sent"],
+            expected_outcomes(100)["sent"] + 3,
+            "{round}: {v}"
+        );
+        assert_eq!(
+            v["counts"]["failed"],
+            expected_outcomes(100)["failed"],
+            "{round}: {v}"
+        );
+        assert_eq!(v["done"], true, "{round}: {v}");
+        if round == "with nothing new" {
+            assert_eq!(
+                v["archived"]["archived_at"], archived_at,
+                "nothing moved: {v}"
+            );
+        }
+        archived_at = v["archived"]["archived_at"].clone();
+    }
 }
 
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
@@ -355,6 +404,45 @@ async fn archiving_stops_at_once_on_an_error_waiting_cannot_heal(pool: PgPool) {
     );
     assert!(denied.to_string().contains("permission denied"), "{denied}");
     assert_eq!(rows_of(&pool, "campaign_targets", DONE).await, 10);
+}
+
+/// An archive cut off after its first batch (the pod killed, the lock given up) is resumed by
+/// `archive` again: the counts it took before the first row moved stand — the rows left are in
+/// them already, none is counted twice — and `--dry-run` says it would resume, and no longer
+/// once it is complete.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_resumed_archive_keeps_the_counts_it_took_before_the_first_row_moved(pool: PgPool) {
+    use campaign_sender::store::archive::{begin, move_batch};
+    seed_finished(&pool, DONE, 100).await;
+    begin(&pool, DONE).await.unwrap();
+    let moved = move_batch(&pool, DONE, i64::MIN, 30, Duration::from_secs(2))
+        .await
+        .unwrap();
+    assert_eq!(moved, Some((30, 30)));
+    let (code, out, err) = archive(&pool, &["--campaign", DONE, "--dry-run"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("70 rows would move") && out.contains("resuming"),
+        "{out}"
+    );
+    let (code, out, err) = archive(&pool, &["--campaign", DONE]).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert_eq!(rows_of(&pool, "campaign_archive", DONE).await, 100);
+    let url = operator_url(&pool).await;
+    let status = spawn_sender(&["status", "--campaign", DONE, "--json"], &url, &[]);
+    let (code, out, err) = finish(status, Duration::from_secs(20)).await;
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    let expected = expected_outcomes(100);
+    assert_eq!(v["counts"]["total"], 100, "{v}");
+    assert_eq!(v["counts"]["sent"], expected["sent"], "{v}");
+    assert_eq!(v["counts"]["unconfirmed"], expected["unconfirmed"], "{v}");
+    let (code, out, err) = archive(&pool, &["--campaign", DONE, "--dry-run"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("0 rows would move") && !out.contains("resuming"),
+        "{out}"
+    );
 }
 
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
