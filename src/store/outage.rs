@@ -92,8 +92,8 @@ impl Outage {
 
 /// Runs `op` until it succeeds or the rule gives up after `limit`; then returns its last
 /// error. Each attempt is cut at its bound ([`Outage::attempt_bound`]); a cut attempt's error
-/// is [`cut`]'s. Every failed try is logged as `what` with the error (as [`error_text`] words it: never
-/// a user name, URL or password) and the wait before the next.
+/// is [`cut`]'s. Every failed try is logged as `what` with the error (as [`error_text`] words
+/// it: never a user name, URL or password) and the wait before the next.
 pub async fn retrying<T, F, Fut>(limit: Duration, what: &str, op: F) -> Result<T, sqlx::Error>
 where
     F: FnMut() -> Fut,

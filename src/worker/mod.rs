@@ -35,9 +35,9 @@
 //! [`crate::outcome::Attempt`] (what the HTTP exchange said, per the vendor's profile) →
 //! [`crate::outcome::Resolution`] (what becomes of the row, by the one retry policy) →
 //! `pipeline::Settled` (a resolution for a row under its claim, or the row left to someone
-//! else: what the flusher receives) → [`crate::store::Written`] (the plain values one fenced write
-//! stores; the store knows no policy) → [`crate::store::Finished`] (what that write did: rows
-//! still ours, sends that raced an opt-out).
+//! else: what the flusher receives) → [`crate::store::Written`] (the plain values one fenced
+//! write stores; the store knows no policy) → [`crate::store::Finished`] (what that write did:
+//! rows still ours, sends that raced an opt-out).
 //!
 //! Every statement of a pass goes through `Pipeline::retrying` ([`shutdown`]): each attempt cut
 //! at its bound and retried on a new connection ([`crate::store::outage`]), given up at the

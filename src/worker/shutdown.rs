@@ -18,8 +18,8 @@
 //! [`Pipeline::retrying`], whose attempts are each cut at their bound (`store::outage`) and
 //! which gives up once the pass has been stopping for the request timeout plus
 //! [`WRITES_AFTER_REQUESTS`], not after the whole `DB_CONNECT_RETRY_S`. Rows not written by
-//! then come back after their lease and are re-sent under their key. The manifests' `terminationGracePeriodSeconds`
-//! is above that bound (tests/it/manifests.rs), so Kubernetes never kills a pod mid-write.
+//! then come back after their lease and are re-sent under their key. The manifests'
+//! `terminationGracePeriodSeconds` is above that bound (tests/it/manifests.rs), so Kubernetes never kills a pod mid-write.
 //!
 //! The first recorded reason wins: a pass that stopped itself (done, paused, over the budget)
 //! reports that even if a signal came while it was finishing.

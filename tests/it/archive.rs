@@ -71,6 +71,14 @@ async fn archive(pool: &PgPool, args: &[&str]) -> (i32, String, String) {
     finish(child, Duration::from_secs(120)).await
 }
 
+/// `status --campaign DONE --json` as the operator at `url`.
+async fn status_json(url: &str) -> serde_json::Value {
+    let status = spawn_sender(&["status", "--campaign", DONE, "--json"], url, &[]);
+    let (code, out, err) = finish(status, Duration::from_secs(20)).await;
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(out.lines().last().unwrap()).unwrap()
+}
+
 async fn rows_of(pool: &PgPool, table: &str, campaign: &str) -> i64 {
     sqlx::query_scalar(&format!(
         "SELECT count(*) FROM {table} WHERE campaign_id = $1"
@@ -129,10 +137,7 @@ async fn an_archived_campaign_leaves_the_work_table_and_status_keeps_its_final_c
     .collect();
     assert_eq!(outcomes, expected_outcomes(12_000));
     let url = operator_url(&pool).await;
-    let status = spawn_sender(&["status", "--campaign", DONE, "--json"], &url, &[]);
-    let (code, out, err) = finish(status, Duration::from_secs(20)).await;
-    assert_eq!(code, 0, "{err}");
-    let v: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    let v = status_json(&url).await;
     assert_eq!(v["counts"]["total"], 12_000);
     assert_eq!(v["counts"]["sent"], outcomes["sent"]);
     assert_eq!(v["counts"]["failed"], outcomes["failed"]);
@@ -181,10 +186,7 @@ async fn a_reimport_after_archive_queues_only_new_members_and_archiving_again_ke
         [101, 102, 103],
         "an archived member was queued again"
     );
-    let status = spawn_sender(&["status", "--campaign", DONE, "--json"], &url, &[]);
-    let (code, out, err) = finish(status, Duration::from_secs(20)).await;
-    assert_eq!(code, 0, "{err}");
-    let v: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    let v = status_json(&url).await;
     assert_eq!(v["counts"]["total"], 103, "{v}");
     assert_eq!(v["counts"]["pending"], 3, "{v}");
     assert_eq!(v["counts"]["sent"], expected_outcomes(100)["sent"], "{v}");
@@ -209,10 +211,7 @@ async fn a_reimport_after_archive_queues_only_new_members_and_archiving_again_ke
             103,
             "{round}"
         );
-        let status = spawn_sender(&["status", "--campaign", DONE, "--json"], &url, &[]);
-        let (code, out, err) = finish(status, Duration::from_secs(20)).await;
-        assert_eq!(code, 0, "{err}");
-        let v: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+        let v = status_json(&url).await;
         assert_eq!(v["counts"]["total"], 103, "{round}: {v}");
         assert_eq!(
             v["counts"]["sent"],
@@ -429,10 +428,7 @@ async fn a_resumed_archive_keeps_the_counts_it_took_before_the_first_row_moved(p
     assert_eq!(code, 0, "{out}\n{err}");
     assert_eq!(rows_of(&pool, "campaign_archive", DONE).await, 100);
     let url = operator_url(&pool).await;
-    let status = spawn_sender(&["status", "--campaign", DONE, "--json"], &url, &[]);
-    let (code, out, err) = finish(status, Duration::from_secs(20)).await;
-    assert_eq!(code, 0, "{err}");
-    let v: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    let v = status_json(&url).await;
     let expected = expected_outcomes(100);
     assert_eq!(v["counts"]["total"], 100, "{v}");
     assert_eq!(v["counts"]["sent"], expected["sent"], "{v}");
