@@ -17,7 +17,7 @@
 --   and prune their rows, record a refusal and the quota's use), but not a live limit;
 -- - campaigns: reads settings; writes only the pause columns (the automatic pause on too many
 --   failures), never the template or threshold;
--- - run_budgets: its Job's time budget (the first pod of a Job records its start; old ones are
+-- - job_budgets: its Job's time budget (the first pod of a Job records its start; old ones are
 --   pruned);
 -- - _sqlx_migrations: reads the applied version (workers wait for the schema).
 -- campaign_sender_operator (`import`, `status`, `pause`, `resume`, `retry-failed`,
@@ -70,7 +70,7 @@ END
 $$;
 
 -- Nothing by default: only the grants below.
-REVOKE ALL ON campaign_targets, rate_limits, rate_pods, rate_usage, campaigns, run_budgets,
+REVOKE ALL ON campaign_targets, rate_limits, rate_pods, rate_usage, campaigns, job_budgets,
     suppressions, campaign_archive, archived_campaigns, _sqlx_migrations, provider_events,
     webhook_tokens FROM campaign_sender_worker, campaign_sender_operator, campaign_sender_keda,
     campaign_sender_events, campaign_sender_web;
@@ -113,7 +113,7 @@ GRANT SELECT ON archived_campaigns TO campaign_sender_worker;
 GRANT INSERT (campaign_id, paused_at, paused_by, pause_reason),
       UPDATE (paused_at, paused_by, pause_reason, updated_at)
     ON campaigns TO campaign_sender_worker;
-GRANT SELECT, INSERT, DELETE ON run_budgets TO campaign_sender_worker;
+GRANT SELECT, INSERT, DELETE ON job_budgets TO campaign_sender_worker;
 GRANT SELECT ON _sqlx_migrations TO campaign_sender_worker;
 
 GRANT SELECT ON campaign_targets, rate_limits, rate_pods, rate_usage, _sqlx_migrations

@@ -125,7 +125,7 @@ pub struct RunConfig {
     #[serde(default = "defaults::flush_interval_ms")]
     pub flush_interval_ms: u64,
     /// `DEADLINE_S` (default 3300): `run` stops claiming this long after its Job started (with
-    /// `JOB_NAME`; else after this process started) and exits 0 with the rest left for the next
+    /// `JOB_UID`; else after this process started) and exits 0 with the rest left for the next
     /// run; 0 means no deadline. `serve` has none.
     #[serde(default = "defaults::deadline_s")]
     pub deadline_s: u64,
@@ -180,9 +180,14 @@ pub struct RunConfig {
     /// `JOB_COMPLETION_INDEX` (set by an Indexed Job).
     #[serde(default)]
     pub job_completion_index: Option<u32>,
-    /// `JOB_NAME` (default unset; the manifests set it from the pod's `job-name` label): the Job
-    /// this pod belongs to. With it, `DEADLINE_S` counts from the Job's start, shared by all its
-    /// pods and their restarts, so a restarted pod gets no new time budget.
+    /// `JOB_UID` (default unset; the manifests set it from the pod's
+    /// `batch.kubernetes.io/controller-uid` label): the Job object this pod belongs to. With it,
+    /// `DEADLINE_S` counts from that Job's start, shared by all its pods and their restarts, so a
+    /// restarted pod gets no new time budget, and a new Job of the same name gets a whole one.
+    #[serde(default)]
+    pub job_uid: Option<String>,
+    /// `JOB_NAME` (default unset; the manifests set it from the pod's `job-name` label): the Job's
+    /// name, for logs and the budget's row; the budget is keyed by `JOB_UID`.
     #[serde(default)]
     pub job_name: Option<String>,
     /// `HOSTNAME` (set by Kubernetes to the pod name).
@@ -367,9 +372,7 @@ impl RunConfig {
         if let Some(problem) = crate::campaign_id::problem(&self.campaign_id) {
             return Err(ConfigError::new("CAMPAIGN_ID", problem));
         }
-        if let Some(id) = &self.worker_id {
-            worker_id_problem(id).map_or(Ok(()), |p| Err(ConfigError::new("WORKER_ID", p)))?;
-        }
+        self.validate_names()?;
         self.mail_base()?;
         self.mail_roots()?;
         if self
@@ -385,6 +388,32 @@ impl RunConfig {
         crate::provider::profile(self)?;
         positive("CONNECT_TIMEOUT_MS", self.connect_timeout_ms)?;
         positive("READ_TIMEOUT_MS", self.read_timeout_ms)
+    }
+
+    /// The names this process goes by: `WORKER_ID`, or the fallback it takes from `HOSTNAME`
+    /// (held to the same alphabet: it goes into headers, logs and metric labels), and the Job's.
+    fn validate_names(&self) -> Result<(), ConfigError> {
+        let id = match (&self.worker_id, self.job_completion_index, &self.hostname) {
+            (Some(id), _, _) => Some(("WORKER_ID", id)),
+            (None, None, Some(host)) => Some(("HOSTNAME", host)),
+            _ => None,
+        };
+        if let Some((var, id)) = id {
+            worker_id_problem(id).map_or(Ok(()), |p| Err(ConfigError::new(var, p)))?;
+        }
+        if let Some(uid) = &self.job_uid {
+            uuid::Uuid::try_parse(uid).map_err(|_| {
+                ConfigError::new(
+                    "JOB_UID",
+                    "is not a Job's UID (a UUID); set it from the pod's \
+                     batch.kubernetes.io/controller-uid label, or unset it",
+                )
+            })?;
+        }
+        if let Some(name) = &self.job_name {
+            worker_id_problem(name).map_or(Ok(()), |p| Err(ConfigError::new("JOB_NAME", p)))?;
+        }
+        Ok(())
     }
 
     fn validate_sizes(&self) -> Result<(), ConfigError> {

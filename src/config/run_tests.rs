@@ -76,6 +76,8 @@ fn each_bad_value_names_its_variable() {
         ("RATE_LIMIT_KEY", ""),
         ("METRICS_ADDR", "nowhere"),
         ("IDEMPOTENCY_WINDOW_S", "5"),
+        ("JOB_UID", "campaign-sender"),
+        ("JOB_NAME", "a job"),
     ];
     for (var, value) in cases {
         let err = RunConfig::from_vars(vars(&[(var, value)])).unwrap_err();
@@ -226,4 +228,29 @@ fn mail_provider_is_read_by_name_and_a_wrong_one_is_refused_with_the_choices() {
             .contains("json, sendgrid, ses, postmark, mailgun, resend"),
         "{err}"
     );
+}
+
+/// The worker id's fallback, `$HOSTNAME`, is held to `WORKER_ID`'s alphabet and blamed by name
+/// (it reaches headers, logs and metric labels); taken only when it is the name used.
+#[test]
+fn a_hostname_the_worker_id_falls_back_to_is_checked_and_blamed_by_name() {
+    for host in ["<img src=x onerror=alert(1)>ann@example.com", "evil\nx", ""] {
+        let err = RunConfig::from_vars(vars(&[("HOSTNAME", host)])).unwrap_err();
+        assert_eq!(err.var, "HOSTNAME", "{host:?} gave {err}");
+        assert!(!err.to_string().contains("ann@"), "{err}");
+    }
+    let ok = RunConfig::from_vars(vars(&[("HOSTNAME", "campaign-sender-7d9f-x2")])).unwrap();
+    assert_eq!(ok.worker_name(), "campaign-sender-7d9f-x2");
+    // Not the name used: WORKER_ID or the Job's index wins, and HOSTNAME is not read.
+    for named in [("WORKER_ID", "w-1"), ("JOB_COMPLETION_INDEX", "3")] {
+        let c = RunConfig::from_vars(vars(&[("HOSTNAME", "a b"), named])).unwrap();
+        assert!(!c.worker_name().contains(' '));
+    }
+}
+
+#[test]
+fn a_job_uid_is_a_uuid() {
+    let uid = "6b4f0e0c-3f3e-4bd7-9a58-2f1f3c0a9d11";
+    let c = RunConfig::from_vars(vars(&[("JOB_UID", uid)])).unwrap();
+    assert_eq!(c.job_uid.as_deref(), Some(uid));
 }

@@ -5,7 +5,7 @@
 //!   [`history`]: deliveries per minute over a campaign's life (the status page's chart);
 //! - [`campaigns`]: `campaigns`, the optional settings row (template, budget, send window) and
 //!   the fleet-wide kill switch;
-//! - [`budgets`]: `run_budgets`, one time budget per Job;
+//! - [`budgets`]: `job_budgets`, one time budget per Job object;
 //! - [`rate`]: `rate_limits`, `rate_pods` and `rate_usage`, the fleet-wide rate limit's rounds;
 //! - [`account`]: the same tables as operators see and steer them (members, refusals, a live
 //!   limit, the daily quota's use);

@@ -95,14 +95,19 @@ impl Worker {
     }
 
     /// The run's deadline: `DEADLINE_S` after its Job's time budget started (the first pod of
-    /// the Job started it: a restarted pod gets what is left, not a new budget), or after this
-    /// process started when it is not a Job's (no `JOB_NAME`).
+    /// the Job object started it: a restarted pod gets what is left, not a new budget; a new Job
+    /// of the same name gets a whole one), or after this process started when it is not a Job's
+    /// (no `JOB_UID`).
     async fn deadline(&self) -> Result<Option<Instant>, RunError> {
         let Some(budget) = self.cfg.deadline() else {
             return Ok(None);
         };
-        let spent = match &self.cfg.job_name {
-            Some(job) => {
+        let spent = match &self.cfg.job_uid {
+            Some(uid) => {
+                let job = budgets::Job {
+                    uid,
+                    name: self.cfg.job_name.as_deref(),
+                };
                 self.retrying("reading the Job's time budget", || {
                     budgets::elapsed(self.store.pool(), job)
                 })

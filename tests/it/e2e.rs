@@ -395,3 +395,69 @@ async fn a_run_is_not_done_while_a_row_waits_in_backoff_and_another_is_leased(po
     assert_eq!(states(&pool).await.get("sent"), Some(&2), "{err}");
     assert_eq!(p.fake.stats().delivered, 2);
 }
+
+/// Continuing an Indexed Job, as OPERATIONS says (`resume`, then the Job deleted and applied
+/// again under the same name): the time budget is the Job object's (`JOB_UID`), so a pod of
+/// the old Job restarted after its `DEADLINE_S` sends nothing, and the new Job of the same name
+/// sends the rest.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_job_applied_again_under_its_name_sends_the_rest_and_a_spent_one_sends_nothing(
+    pool: PgPool,
+) {
+    const FIRST: &str = "5d3c7a2e-1b1f-4c55-8f5e-6f0a2b9d0001";
+    const SECOND: &str = "5d3c7a2e-1b1f-4c55-8f5e-6f0a2b9d0002";
+    seed(&pool, CAMPAIGN, 1_000).await;
+    let p = provider(FakeConfig::default()).await;
+    let db = worker_url(&pool).await;
+    let ops = operator_url(&pool).await;
+    let job = |uid| {
+        env(
+            &p.url,
+            &[
+                ("JOB_NAME", "campaign-sender"),
+                ("JOB_UID", uid),
+                ("DEADLINE_S", "6"),
+                ("MAIL_RATE_PER_S", "200"),
+            ],
+        )
+    };
+    let operator = |args: &[&str]| finish(spawn_sender(args, &ops, &[]), Duration::from_secs(30));
+
+    // The first Job is paused part-way: its pod exits 3.
+    let started = std::time::Instant::now();
+    let first = spawn_sender(&["run"], &db, &job(FIRST));
+    until_stats(&p, Duration::from_secs(30), "the first Job sending", |s| {
+        s.delivered >= 100
+    })
+    .await;
+    let (code, out, err) = operator(&["pause", "--campaign", CAMPAIGN, "--reason", "check"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, _, err) = finish(first, Duration::from_secs(30)).await;
+    assert_eq!(code, 3, "a paused run exits 3: {err}");
+    let (code, out, err) = operator(&["resume", "--campaign", CAMPAIGN]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let asked_by_first = p.fake.stats().requests;
+    assert!(asked_by_first < 1_000, "the first Job sent everything");
+
+    // A pod of the first Job restarted after its budget is spent sends nothing.
+    tokio::time::sleep(Duration::from_secs(7).saturating_sub(started.elapsed())).await;
+    let (code, _, err) = finish(
+        spawn_sender(&["run"], &db, &job(FIRST)),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(p.fake.stats().requests, asked_by_first, "a spent Job sent");
+
+    // The Job applied again: same name, new UID, a whole budget: it sends the rest.
+    let (code, _, err) = finish(
+        spawn_sender(&["run"], &db, &job(SECOND)),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert_all_settled(&pool, 1_000).await;
+    let s = p.fake.stats();
+    assert_eq!(s.delivered, 1_000);
+    assert_eq!(s.members_delivered_more_than_once, 0);
+}

@@ -245,17 +245,22 @@ fn every_cadence_ends_a_job_before_the_next_fire_and_pods_know_their_job() {
     for (file, spec) in &WORKERS[..2] {
         let pod = load(file);
         let env = at(&pod, &format!("{spec}.containers.0.env"));
-        let job_name = env
-            .as_sequence()
-            .unwrap()
-            .iter()
-            .find(|e| e["name"] == "JOB_NAME")
-            .unwrap_or_else(|| panic!("{file}: no JOB_NAME"));
-        assert_eq!(
-            at(job_name, "valueFrom.fieldRef.fieldPath"),
-            "metadata.labels['batch.kubernetes.io/job-name']",
-            "{file}"
-        );
+        for (var, label) in [
+            ("JOB_UID", "batch.kubernetes.io/controller-uid"),
+            ("JOB_NAME", "batch.kubernetes.io/job-name"),
+        ] {
+            let e = env
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .find(|e| e["name"] == var)
+                .unwrap_or_else(|| panic!("{file}: no {var}"));
+            assert_eq!(
+                at(e, "valueFrom.fieldRef.fieldPath"),
+                format!("metadata.labels['{label}']").as_str(),
+                "{file}"
+            );
+        }
     }
 }
 

@@ -333,18 +333,22 @@ async fn a_row_is_not_claimed_before_its_send_after(pool: PgPool) {
 }
 
 /// A pod the Job controller restarts keeps its Job's budget: `DEADLINE_S` counts from the
-/// Job's first pod, so a restart past it sends nothing and says "done for now".
+/// Job's first pod, so a restart past it sends nothing and says "done for now". The budget is
+/// the Job object's (`JOB_UID`): a new Job under the same name starts a whole one.
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn a_restarted_pod_does_not_start_a_new_time_budget(pool: PgPool) {
+    const FIRST: &str = "0b0e6a4c-8a8e-4f57-9f0c-3c4f1b6c0001";
     seed(&pool, CAMPAIGN, 30).await;
     let p = provider(Default::default()).await;
     let mut cfg = config(&p.url);
     cfg.deadline_s = 60;
-    cfg.job_name = Some("nightly-29100000".into());
+    cfg.job_name = Some("campaign-sender".into());
+    cfg.job_uid = Some(FIRST.into());
     sqlx::query(
-        "INSERT INTO run_budgets (job_name, started_at) VALUES ($1, now() - interval '61 seconds')",
+        "INSERT INTO job_budgets (job_uid, job_name, started_at) \
+         VALUES ($1, 'campaign-sender', now() - interval '61 seconds')",
     )
-    .bind("nightly-29100000")
+    .bind(FIRST)
     .execute(&pool)
     .await
     .unwrap();
@@ -357,12 +361,12 @@ async fn a_restarted_pod_does_not_start_a_new_time_budget(pool: PgPool) {
         "a restarted pod started a new budget"
     );
 
-    // The next Job has a budget of its own, started by its first pod.
-    cfg.job_name = Some("nightly-29100060".into());
+    // The next Job, of the same name, has a budget of its own, started by its first pod.
+    cfg.job_uid = Some("0b0e6a4c-8a8e-4f57-9f0c-3c4f1b6c0002".into());
     let next = run_to_end(&pool, cfg).await;
     assert_eq!(next.reason, StopReason::Done, "{next:?}");
     assert_eq!(states(&pool).await.get("sent"), Some(&30));
-    let budgets: i64 = sqlx::query_scalar("SELECT count(*) FROM run_budgets")
+    let budgets: i64 = sqlx::query_scalar("SELECT count(*) FROM job_budgets")
         .fetch_one(&pool)
         .await
         .unwrap();
