@@ -30,6 +30,8 @@
 //!   error classes, verdicts, phases);
 //! - [`events`]: `campaign-sender events`, the vendors' signed webhooks: suppressions from
 //!   bounces and complaints, settled rows from deliveries;
+//! - [`http`]: the public doors `events` and `web` are served through: connections, heads,
+//!   bodies and shutdown, each bounded;
 //! - [`import`]: CSV → `COPY` → checks → idempotent insert, in one transaction;
 //! - [`status`]: what `status` shows (counts, rate, ETA, pause, pods, failure reasons);
 //! - [`web`]: `campaign-sender web`, the same figures as a page that refreshes itself, read in
@@ -44,6 +46,7 @@ pub mod cli;
 pub mod config;
 pub mod events;
 pub mod exit;
+pub mod http;
 pub mod import;
 pub mod metrics;
 pub mod outcome;

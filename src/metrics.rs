@@ -18,6 +18,10 @@ pub const EVENTS_TOTAL: &str = "campaign_sender_events_total";
 /// Webhook requests refused before anything was stored, by `vendor` and `reason` (unsigned,
 /// bad_signature, stale, replayed, foreign, cert_unavailable).
 pub const EVENTS_REFUSED_TOTAL: &str = "campaign_sender_events_refused_total";
+/// Webhook bodies not read, by `vendor` and `reason`: too_large (413), busy (503: the body
+/// memory budget stayed spent), too_slow (408: not all there by `EVENTS_READ_TIMEOUT_MS`),
+/// broken (400).
+pub const EVENTS_UNREAD_TOTAL: &str = "campaign_sender_events_unread_total";
 /// Webhook requests answered 503 because the database did not record them in time.
 pub const EVENTS_UNAVAILABLE_TOTAL: &str = "campaign_sender_events_unavailable_total";
 /// Rows settled by this process, by `outcome`: sent, retry, failed, released, opted_out, deferred.
@@ -106,6 +110,7 @@ pub const ALL: &[&str] = &[
     QUOTA_LIMIT,
     EVENTS_TOTAL,
     EVENTS_REFUSED_TOTAL,
+    EVENTS_UNREAD_TOTAL,
     EVENTS_UNAVAILABLE_TOTAL,
 ];
 

@@ -13,7 +13,15 @@ use super::problem::Patience;
 use super::{config_failure, CliError, CliResult, Db};
 use crate::config::{EventsConfig, FromEnv, WebConfig};
 use crate::exit::Exit;
+use crate::http::Doors;
 use crate::store::connect::Session;
+
+/// The status page's door: people and Prometheus, a few at a time, and no request bodies.
+const WEB_DOORS: Doors = Doors {
+    max_connections: 256,
+    head_timeout: Duration::from_secs(10),
+    shutdown_grace: Duration::from_secs(10),
+};
 
 /// The database, waiting for the schema like a worker, and a listener on `addr` (`var` names
 /// the setting a busy address is blamed on).
@@ -32,15 +40,15 @@ async fn connect_and_listen(
     Ok((pool, listener))
 }
 
-/// Serves `app` until `shutdown`; the requests in flight finish first.
+/// Serves `app` within `doors` until `shutdown`; the requests in flight get the grace to finish.
 async fn serve(
     listener: tokio::net::TcpListener,
     app: axum::Router,
+    doors: Doors,
     shutdown: CancellationToken,
     what: &str,
 ) -> CliResult {
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+    crate::http::serve(listener, app, doors, shutdown)
         .await
         .map_err(|e| {
             error!(error = %e, "the {what} server failed");
@@ -54,7 +62,12 @@ pub(super) async fn events(db: &Db<'_>, shutdown: CancellationToken) -> CliResul
     let addr = cfg.socket().map_err(config_failure)?;
     let listeners = cfg.listeners().map_err(config_failure)?;
     if let Some(m) = cfg.metrics_addr.as_ref().and_then(|a| a.parse().ok()) {
+        // The pod's name labels every series; held to a worker id's alphabet, like a worker's.
         let name = std::env::var("HOSTNAME").unwrap_or_else(|_| "events".into());
+        if let Some(problem) = crate::config::worker_id_problem(&name) {
+            eprintln!("configuration error: HOSTNAME {problem}");
+            return Err(Exit::Config.into());
+        }
         if let Err(e) = crate::metrics::install(m, &name) {
             eprintln!("configuration error: METRICS_ADDR: cannot serve metrics on {m} ({e})");
             return Err(Exit::Config.into());
@@ -68,7 +81,7 @@ pub(super) async fn events(db: &Db<'_>, shutdown: CancellationToken) -> CliResul
         shutdown.clone(),
     ));
     let app = crate::events::server::router(pool, listeners);
-    serve(listener, app, shutdown, "events").await
+    serve(listener, app, cfg.doors(), shutdown, "events").await
 }
 
 /// `web`: the status page, until `shutdown`. It listens at once (`/healthz` answers 503 until
@@ -94,6 +107,7 @@ pub(super) async fn web(db: &Db<'_>, ratio: f64, shutdown: CancellationToken) ->
     serve(
         listener,
         crate::web::router(board, logins),
+        WEB_DOORS,
         shutdown,
         "status page",
     )

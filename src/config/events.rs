@@ -12,6 +12,7 @@ use crate::events::resend::Resend;
 use crate::events::sendgrid::SendGrid;
 use crate::events::server::Listeners;
 use crate::events::sns::{Sns, DEFAULT_CERT_URL_PATTERN};
+use crate::http::{Budget, Doors};
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct EventsConfig {
@@ -29,6 +30,20 @@ pub struct EventsConfig {
     /// its commit before 503 (the vendor retries).
     #[serde(default = "default_db_timeout")]
     pub events_db_timeout_ms: u64,
+    /// `EVENTS_READ_TIMEOUT_MS` (default 10000, at most 60000): how long a peer may take to send
+    /// a request's head (and how long a kept-alive connection may sit idle), and again its body
+    /// (waiting for the memory budget included: 503 then, 408 for a body not all there).
+    #[serde(default = "default_read_timeout")]
+    pub events_read_timeout_ms: u64,
+    /// `EVENTS_BODY_MEMORY_BYTES` (default 67108864, at least twice `EVENTS_MAX_BODY_BYTES`, at
+    /// most 1073741824): the most bytes of bodies held at once; bodies over 1 MiB share at most
+    /// half of it (`crate::http::body`). The events overlay's memory limit is 256 MiB.
+    #[serde(default = "default_body_memory")]
+    pub events_body_memory_bytes: u64,
+    /// `EVENTS_MAX_CONNECTIONS` (default 1024, at most 65536): connections open at once; more
+    /// wait in the kernel's backlog.
+    #[serde(default = "default_max_connections")]
+    pub events_max_connections: u64,
     /// `SENDGRID_WEBHOOK_PUBLIC_KEY`: the Signed Event Webhook's verification key, base64 DER.
     #[serde(default)]
     pub sendgrid_webhook_public_key: Option<Secret>,
@@ -62,6 +77,19 @@ fn default_max_body() -> u64 {
 fn default_db_timeout() -> u64 {
     5000
 }
+fn default_read_timeout() -> u64 {
+    10_000
+}
+fn default_body_memory() -> u64 {
+    64 * 1024 * 1024
+}
+fn default_max_connections() -> u64 {
+    1024
+}
+
+/// How long the requests in flight get to finish after SIGTERM; the rest are cut (their
+/// vendors retry: nothing is answered 2xx before its commit).
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 impl FromEnv for EventsConfig {
     fn validate(&self) -> Result<(), ConfigError> {
@@ -79,6 +107,29 @@ impl FromEnv for EventsConfig {
         )?;
         positive("EVENTS_DB_TIMEOUT_MS", self.events_db_timeout_ms)?;
         at_most("EVENTS_DB_TIMEOUT_MS", self.events_db_timeout_ms, 60_000)?;
+        positive("EVENTS_READ_TIMEOUT_MS", self.events_read_timeout_ms)?;
+        at_most(
+            "EVENTS_READ_TIMEOUT_MS",
+            self.events_read_timeout_ms,
+            60_000,
+        )?;
+        positive("EVENTS_MAX_CONNECTIONS", self.events_max_connections)?;
+        at_most(
+            "EVENTS_MAX_CONNECTIONS",
+            self.events_max_connections,
+            65_536,
+        )?;
+        at_most(
+            "EVENTS_BODY_MEMORY_BYTES",
+            self.events_body_memory_bytes,
+            1024 * 1024 * 1024,
+        )?;
+        if self.events_body_memory_bytes < 2 * self.events_max_body_bytes {
+            return Err(ConfigError::new(
+                "EVENTS_BODY_MEMORY_BYTES",
+                "must hold two bodies of EVENTS_MAX_BODY_BYTES; raise it or lower that",
+            ));
+        }
         let l = self.listeners()?;
         if l.sendgrid.is_none()
             && l.resend.is_none()
@@ -171,8 +222,25 @@ impl EventsConfig {
             mailgun,
             postmark,
             sns,
-            max_body_bytes: self.events_max_body_bytes as usize,
+            bodies: Budget::new(
+                self.events_max_body_bytes as usize,
+                self.events_body_memory_bytes as usize,
+                self.read_timeout(),
+            ),
             db_timeout: Duration::from_millis(self.events_db_timeout_ms),
         })
+    }
+
+    fn read_timeout(&self) -> Duration {
+        Duration::from_millis(self.events_read_timeout_ms)
+    }
+
+    /// The bounds of the door the vendors post through.
+    pub fn doors(&self) -> Doors {
+        Doors {
+            max_connections: self.events_max_connections as usize,
+            head_timeout: self.read_timeout(),
+            shutdown_grace: SHUTDOWN_GRACE,
+        }
     }
 }

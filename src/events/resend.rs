@@ -15,6 +15,8 @@ use super::{header, BadBody, Refused};
 
 /// The Standard Webhooks tolerance: a timestamp further than this from our clock is refused.
 pub const TOLERANCE_S: i64 = 300;
+/// The headers a signed request carries (checked with the head, before the body is read).
+pub const SIGNED_BY: [&str; 3] = ["svix-id", "svix-timestamp", "svix-signature"];
 
 pub struct Resend {
     key: Vec<u8>,

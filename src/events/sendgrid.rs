@@ -17,6 +17,8 @@ use super::{header, BadBody, Refused};
 
 const SIGNATURE: &str = "x-twilio-email-event-webhook-signature";
 const TIMESTAMP: &str = "x-twilio-email-event-webhook-timestamp";
+/// The headers a signed request carries (checked with the head, before the body is read).
+pub const SIGNED_BY: [&str; 2] = [SIGNATURE, TIMESTAMP];
 
 /// The verifier of one account's webhook.
 pub struct SendGrid {

@@ -10,12 +10,17 @@
 //!   reused Mailgun token), **403** for a foreign SNS topic or certificate host: nothing stored,
 //!   counted in `campaign_sender_events_refused_total`, no body in the log;
 //! - **413** over `EVENTS_MAX_BODY_BYTES`; **404** for a vendor whose secret is not configured.
+//!
+//! **What the head alone decides, it decides before the body is read** ([`check_head`]): a
+//! vendor not configured, a declared size over the bound, Postmark's credentials, a signature
+//! header missing. Only then is the body read, within the memory budget and the deadline of
+//! [`crate::http::body`] (503 when the budget stays spent, 408 for a body too slow), and the
+//! connections themselves are bounded by [`crate::http::listen`].
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::Router;
@@ -29,7 +34,10 @@ use super::resend::Resend;
 use super::sendgrid::SendGrid;
 use super::sns::{Sns, Verified};
 use super::{mailgun, postmark, resend, sendgrid, Event, Refused};
-use crate::metrics::{EVENTS_REFUSED_TOTAL, EVENTS_TOTAL, EVENTS_UNAVAILABLE_TOTAL};
+use crate::http::{Budget, NotRead};
+use crate::metrics::{
+    EVENTS_REFUSED_TOTAL, EVENTS_TOTAL, EVENTS_UNAVAILABLE_TOTAL, EVENTS_UNREAD_TOTAL,
+};
 use crate::store::events::{self, TokenReused};
 
 /// The vendors this server listens for (those whose secret is configured), and its bounds.
@@ -39,8 +47,9 @@ pub struct Listeners {
     pub mailgun: Option<Mailgun>,
     pub postmark: Option<Postmark>,
     pub sns: Option<Sns>,
-    /// `EVENTS_MAX_BODY_BYTES`: a larger body is refused with 413.
-    pub max_body_bytes: usize,
+    /// How bodies are read: `EVENTS_MAX_BODY_BYTES` (413 over it),
+    /// `EVENTS_BODY_MEMORY_BYTES`, `EVENTS_READ_TIMEOUT_MS`.
+    pub bodies: Budget,
     /// `EVENTS_DB_TIMEOUT_MS`: how long a request waits for the database before 503.
     pub db_timeout: Duration,
 }
@@ -52,12 +61,10 @@ struct App {
 
 /// The router, for `events` and for tests.
 pub fn router(pool: PgPool, listeners: Listeners) -> Router {
-    let limit = listeners.max_body_bytes;
     let app = Arc::new(App { pool, listeners });
     Router::new()
         .route("/events/{vendor}", post(receive))
         .route("/healthz", get(|| async { "ok" }))
-        .layer(DefaultBodyLimit::max(limit))
         .with_state(app)
 }
 
@@ -124,11 +131,21 @@ enum Authenticated {
 async fn receive(
     State(app): State<Arc<App>>,
     Path(vendor): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
+    request: Request,
 ) -> StatusCode {
     let vendor = vendor.as_str();
-    let authenticated = match authenticate(&app.listeners, vendor, &headers, &body).await {
+    let (head, body) = request.into_parts();
+    let headers = head.headers;
+    match check_head(&app.listeners, vendor, &headers) {
+        Ok(()) => {}
+        Err(Early::Answer(code)) => return code,
+        Err(Early::Refused(refused)) => return refuse(vendor, refused),
+    }
+    let body = match app.listeners.bodies.read(&headers, body).await {
+        Ok(held) => held,
+        Err(not_read) => return unread(vendor, not_read),
+    };
+    let authenticated = match authenticate(&app.listeners, vendor, &headers, &body.bytes).await {
         Ok(a) => a,
         Err(refused) => return refuse(vendor, refused),
     };
@@ -168,7 +185,60 @@ async fn receive(
     }
 }
 
-/// Checks the request as `vendor` signs it; 404 for a vendor not configured.
+/// What [`check_head`] answers without reading the body.
+enum Early {
+    Answer(StatusCode),
+    Refused(Refused),
+}
+
+/// What the head alone decides (see the module docs): 404 for a vendor not configured, 413 for
+/// a declared size over the bound, Postmark's credentials (they are all it signs), and a
+/// signature header missing where the vendor puts it in the head.
+fn check_head(l: &Listeners, vendor: &str, headers: &HeaderMap) -> Result<(), Early> {
+    let configured = match vendor {
+        "sendgrid" => l.sendgrid.is_some(),
+        "resend" => l.resend.is_some(),
+        "mailgun" => l.mailgun.is_some(),
+        "postmark" => l.postmark.is_some(),
+        "ses" => l.sns.is_some(),
+        _ => false,
+    };
+    if !configured {
+        return Err(Early::Answer(StatusCode::NOT_FOUND));
+    }
+    if l.bodies.declared_too_large(headers) {
+        return Err(Early::Answer(StatusCode::PAYLOAD_TOO_LARGE));
+    }
+    let signed_by: &[&str] = match vendor {
+        "sendgrid" => &sendgrid::SIGNED_BY,
+        "resend" => &resend::SIGNED_BY,
+        _ => &[],
+    };
+    if signed_by
+        .iter()
+        .any(|h| super::header(headers, h).is_none())
+    {
+        return Err(Early::Refused(Refused::Unsigned));
+    }
+    if let ("postmark", Some(p)) = (vendor, &l.postmark) {
+        p.verify(headers).map_err(Early::Refused)?;
+    }
+    Ok(())
+}
+
+/// The answer to a body that was not read: counted by why, logged without it.
+fn unread(vendor: &str, why: NotRead) -> StatusCode {
+    counter!(EVENTS_UNREAD_TOTAL, "vendor" => vendor.to_string(), "reason" => why.label())
+        .increment(1);
+    warn!(
+        vendor,
+        reason = why.label(),
+        "a webhook body was not read; nothing stored"
+    );
+    why.status()
+}
+
+/// Checks the request as `vendor` signs it, its head already checked ([`check_head`]).
 async fn authenticate(
     l: &Listeners,
     vendor: &str,
@@ -195,13 +265,8 @@ async fn authenticate(
             let signed = v.verify(body, now_s())?;
             Authenticated::Events(signed.events, Some(signed.token))
         }
-        "postmark" => {
-            let Some(v) = &l.postmark else {
-                return not_here;
-            };
-            v.verify(headers)?;
-            postmark::parse(body).map_or(bad_body, |e| Authenticated::Events(e, None))
-        }
+        // Its credentials were checked with the head.
+        "postmark" => postmark::parse(body).map_or(bad_body, |e| Authenticated::Events(e, None)),
         "ses" => {
             let Some(v) = &l.sns else { return not_here };
             match v.verify(body).await? {

@@ -11,6 +11,7 @@ use campaign_sender::events::postmark::Postmark;
 use campaign_sender::events::resend::Resend;
 use campaign_sender::events::sendgrid::SendGrid;
 use campaign_sender::events::server::{router, Listeners};
+use campaign_sender::http::Budget;
 use hmac::{Hmac, Mac};
 use p256::ecdsa::signature::Signer as _;
 use serde_json::json;
@@ -42,7 +43,7 @@ pub(crate) fn now_s() -> i64 {
 }
 
 /// The test's SendGrid key pair (fixed bytes: no randomness needed).
-fn sendgrid_key() -> (p256::ecdsa::SigningKey, String) {
+pub(crate) fn sendgrid_key() -> (p256::ecdsa::SigningKey, String) {
     use p256::pkcs8::EncodePublicKey as _;
     let sk = p256::ecdsa::SigningKey::from_bytes(&[7u8; 32].into()).unwrap();
     let der = sk.verifying_key().to_public_key_der().unwrap();
@@ -55,7 +56,7 @@ fn resend_secret() -> (Vec<u8>, String) {
     (key, s)
 }
 
-/// Every vendor but SES listened for, with `max_body_bytes` and a 2 s database bound.
+/// Every vendor but SES listened for, bodies of at most 64 KiB, and a 2 s database bound.
 pub(crate) fn listeners(official_sendgrid: bool) -> Listeners {
     let (_, sg) = sendgrid_key();
     Listeners {
@@ -71,7 +72,7 @@ pub(crate) fn listeners(official_sendgrid: bool) -> Listeners {
         mailgun: Some(Mailgun::new(MAILGUN_KEY)),
         postmark: Some(Postmark::new(POSTMARK_USER, POSTMARK_PASSWORD)),
         sns: None,
-        max_body_bytes: 64 * 1024,
+        bodies: Budget::new(64 * 1024, 16 * 1024 * 1024, Duration::from_secs(10)),
         db_timeout: Duration::from_secs(2),
     }
 }
@@ -80,7 +81,17 @@ pub(crate) fn listeners(official_sendgrid: bool) -> Listeners {
 pub async fn serve_events(pool: PgPool, l: Listeners) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router(pool, l)).await.unwrap() });
+    let doors = campaign_sender::http::Doors {
+        max_connections: 64,
+        head_timeout: Duration::from_secs(10),
+        shutdown_grace: Duration::from_secs(10),
+    };
+    let never = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(async move {
+        campaign_sender::http::serve(listener, router(pool, l), doors, never)
+            .await
+            .unwrap()
+    });
     format!("http://{addr}")
 }
 

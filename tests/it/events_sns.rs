@@ -13,6 +13,7 @@ use axum::Router;
 use base64::Engine as _;
 use campaign_sender::events::server::Listeners;
 use campaign_sender::events::sns::Sns;
+use campaign_sender::http::Budget;
 use serde_json::json;
 use sqlx::PgPool;
 
@@ -85,7 +86,7 @@ fn listeners() -> Listeners {
         mailgun: None,
         postmark: None,
         sns: Some(Sns::new(vec![TOPIC.into()], r"^http://127\.0\.0\.1:\d+/[^?#]+\.pem$").unwrap()),
-        max_body_bytes: 256 * 1024,
+        bodies: Budget::new(256 * 1024, 16 * 1024 * 1024, Duration::from_secs(10)),
         db_timeout: Duration::from_secs(2),
     }
 }

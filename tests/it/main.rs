@@ -9,6 +9,7 @@ mod archive;
 mod claim;
 mod dark;
 mod docs;
+mod doors;
 mod e2e;
 mod events;
 mod events_e2e;
