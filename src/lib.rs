@@ -22,6 +22,7 @@
 //! Around it:
 //! - [`config`]: typed environment configuration, defaults, validation (exit 78), secrets;
 //! - [`campaign_id`]: the one alphabet of campaign ids (they travel in headers and tags);
+//! - [`mailbox`]: the sender and reply-to, exactly one RFC 5322 mailbox each;
 //! - [`exit`]: exit codes and the one rule from how a run stopped to its code;
 //! - [`report`]: per-process counters and the run report;
 //! - [`metrics`]: Prometheus metric names and the exporter;
@@ -48,6 +49,7 @@ pub mod events;
 pub mod exit;
 pub mod http;
 pub mod import;
+pub mod mailbox;
 pub mod metrics;
 pub mod outcome;
 pub mod provider;

@@ -196,10 +196,12 @@ pub enum Command {
         template: Option<String>,
         /// The sender, `addr` or `Name <addr>` (a verified identity at the vendor; every
         /// vendor but MAIL_PROVIDER=json needs one).
-        #[arg(long, value_parser = parse_sender, value_name = "NAME <ADDR>")]
+        /// Exactly one RFC 5322 mailbox; checked by `configure` itself (crate::mailbox), which
+        /// refuses with 78 and never shows the value.
+        #[arg(long, value_name = "NAME <ADDR>")]
         from: Option<String>,
-        /// Where replies go.
-        #[arg(long, value_parser = parse_sender, value_name = "ADDR")]
+        /// Where replies go (one mailbox, as `--from`).
+        #[arg(long, value_name = "ADDR")]
         reply_to: Option<String>,
         /// Failure threshold for this campaign (default: MAX_PERMANENT_FAILURE_RATIO).
         #[arg(long, value_parser = parse_ratio)]
@@ -218,28 +220,16 @@ pub enum Command {
     },
 }
 
-/// `--template`: 1 to 256 printable characters.
+/// `--template`: 1 to 256 printable characters, no `@` (no vendor's template id has one, and
+/// the status page shows it: an address there would be personal data).
 pub fn parse_template(v: &str) -> Result<String, String> {
-    if v.trim().is_empty() || v.len() > 256 || v.chars().any(char::is_control) {
+    if v.trim().is_empty() || v.len() > 256 || v.chars().any(char::is_control) || v.contains('@') {
         return Err(
-            "must be 1 to 256 printable characters (the vendor's template id, alias or name)"
+            "must be 1 to 256 printable characters, no at sign (the vendor's template id, alias or name)"
                 .into(),
         );
     }
     Ok(v.to_string())
-}
-
-/// `--from`, `--reply-to`: `addr` or `Name <addr>`, the address plausible, no control
-/// characters, at most 320 characters. The value is never echoed (it is an address).
-pub fn parse_sender(v: &str) -> Result<String, String> {
-    let (_, addr) = crate::provider::profile::split_address(v);
-    if v.len() > 320
-        || v.chars().any(char::is_control)
-        || !crate::outcome::plausible_email(Some(addr))
-    {
-        return Err("must be `addr` or `Name <addr>` with a plausible address and no control characters (the value is not shown: it is an address)".into());
-    }
-    Ok(v.trim().to_string())
 }
 
 /// `--since`: an RFC 3339 time, or a duration ago (`90m`, `2h 30m`).
@@ -310,15 +300,10 @@ mod tests {
     }
 
     #[test]
-    fn a_template_and_a_sender_are_checked_and_an_address_is_never_echoed() {
+    fn a_template_is_checked_and_an_address_shaped_one_refused_unechoed() {
         assert_eq!(parse_template("d-123"), Ok("d-123".into()));
-        for bad in ["", "  ", "a\nb", &"t".repeat(257)] {
-            assert!(parse_template(bad).is_err(), "{bad:?}");
-        }
-        assert!(parse_sender("News <news@example.com>").is_ok());
-        assert!(parse_sender("news@example.com").is_ok());
-        for bad in ["News <not-an-address>", "a@b.c\r\nBcc: x@y.z", "nobody"] {
-            let err = parse_sender(bad).unwrap_err();
+        for bad in ["", "  ", "a\nb", &"t".repeat(257), "ann@example.com"] {
+            let err = parse_template(bad).unwrap_err();
             assert!(!err.contains('@'), "{err}");
         }
     }

@@ -101,6 +101,8 @@ async fn dispatch(cmd: Command, pool: &PgPool, shutdown: CancellationToken) -> C
             timezone,
             create: _,
         } => {
+            let from = mailbox("--from", from.as_deref())?;
+            let reply_to = mailbox("--reply-to", reply_to.as_deref())?;
             let settings = Settings {
                 change: campaigns::SettingsChange {
                     template: template.as_deref(),
@@ -299,6 +301,23 @@ async fn retry_failed(
         );
     }
     Ok(())
+}
+
+/// `--from` / `--reply-to` as stored: exactly one mailbox in its canonical form
+/// ([`crate::mailbox`]); anything else exits 78 naming `flag`, never showing the value.
+fn mailbox(flag: &str, value: Option<&str>) -> Result<Option<String>, CliError> {
+    value
+        .map(|v| {
+            crate::mailbox::Mailbox::parse(v)
+                .map(|m| m.header())
+                .map_err(|problem| {
+                    eprintln!(
+                        "configuration error: {flag} {problem} (the value is not shown: it is an address); nothing changed"
+                    );
+                    CliError::Exit(Exit::Config)
+                })
+        })
+        .transpose()
 }
 
 /// What `configure` was asked to change (`None`: keep it).

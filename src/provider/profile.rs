@@ -253,15 +253,3 @@ pub trait Profile: Send + Sync + 'static {
     /// rate-limit headers, and the message id of an accepted mail.
     fn read(&self, answer: &Answer<'_>) -> Attempt;
 }
-
-/// `Name <addr>` → (`Some(Name)`, `addr`); a bare address → (`None`, addr).
-pub fn split_address(from: &str) -> (Option<&str>, &str) {
-    match (from.rfind('<'), from.ends_with('>')) {
-        (Some(i), true) => {
-            let name = from[..i].trim().trim_matches('"').trim();
-            let addr = from[i + 1..from.len() - 1].trim();
-            ((!name.is_empty()).then_some(name), addr)
-        }
-        _ => (None, from.trim()),
-    }
-}

@@ -15,16 +15,16 @@
 //! | other 4xx | rejected (permanent) |
 //! | 5xx | retried |
 
+use std::borrow::Cow;
 use std::time::SystemTime;
 
 use serde::Serialize;
 use serde_json::Value;
 
 use super::answer;
-use super::profile::{
-    split_address, Answer, Body, BuildError, Data, Mail, Outgoing, Profile, Text,
-};
+use super::profile::{Answer, Body, BuildError, Data, Mail, Outgoing, Profile, Text};
 use crate::config::Secret;
+use crate::mailbox::Mailbox;
 use crate::outcome::Attempt;
 
 pub const BASE: &str = "https://api.sendgrid.com";
@@ -60,14 +60,25 @@ struct Tags<'a> {
 
 #[derive(Serialize)]
 struct Address<'a> {
-    email: &'a str,
+    email: Cow<'a, str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    name: Option<&'a str>,
+    name: Option<Cow<'a, str>>,
 }
 
+/// SendGrid takes the sender as `{email, name}`: the stored mailbox ([`Mailbox`], one by
+/// `configure`'s check) split as RFC 5322 reads it, the name exactly as given. A value
+/// stored before that check that is no one mailbox goes as it is, for SendGrid to refuse.
 fn address(a: &str) -> Address<'_> {
-    let (name, email) = split_address(a);
-    Address { email, name }
+    match Mailbox::parse(a) {
+        Ok(m) => Address {
+            email: Cow::Owned(m.addr),
+            name: m.name.map(Cow::Owned),
+        },
+        Err(_) => Address {
+            email: Cow::Borrowed(a),
+            name: None,
+        },
+    }
 }
 
 impl Profile for SendGrid {
@@ -76,7 +87,7 @@ impl Profile for SendGrid {
             from: address(mail.from.unwrap_or_default()),
             personalizations: [Personalization {
                 to: [Address {
-                    email: mail.to,
+                    email: Cow::Borrowed(mail.to),
                     name: None,
                 }],
                 dynamic_template_data: mail.data(),

@@ -314,6 +314,18 @@ fn a_sender_with_a_name_and_a_reply_to_travel_in_each_vendors_fields() {
         json!({"email": "news@example.com", "name": "News Team"})
     );
     assert_eq!(b["reply_to"], json!({"email": "help@example.com"}));
+    // A display name with quotes, stored as `configure` writes it: SendGrid gets it exactly.
+    let quoted = crate::mailbox::Mailbox::parse(r#"Ann "Q" <reply@example.com>"#)
+        .unwrap()
+        .header();
+    let q = Mail {
+        reply_to: Some(&quoted),
+        ..m
+    };
+    assert_eq!(
+        json_of(&sg.request(&q, now).unwrap())["reply_to"],
+        json!({"email": "reply@example.com", "name": "Ann \"Q\""})
+    );
     let pm = postmark::Postmark {
         server_token: Secret::new("k"),
         message_stream: "broadcast".into(),

@@ -281,7 +281,7 @@ pub fn campaign(board: &Board, v: &View, now: DateTime<Utc>) -> Markup {
                             (relative(w.next_change, now))
                         }
                     }
-                    dt { "Template" } dd { (s.template) }
+                    dt { "Template" } dd { (typed(&s.template, 80)) }
                     dt { "Failure budget" } dd { (budget(s)) }
                 }
                 h2.visually-hidden { "Rows by state" }

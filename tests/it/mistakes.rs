@@ -549,3 +549,60 @@ async fn a_stream_cut_mid_line_imports_nothing_and_a_file_without_a_final_newlin
     assert_eq!(code, 0, "{out}\n{err}");
     assert_eq!(rows().await, 2);
 }
+
+/// `--from` and `--reply-to` take exactly one mailbox: several senders, a two-address reply-to
+/// and group syntax exit 78 naming the flag, never showing the value, and change nothing; a
+/// display name with quotes is stored so that it reads back exactly.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_sender_that_is_not_one_mailbox_is_refused_by_flag_without_its_value(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 1).await;
+    for (flag, value) in [
+        ("--from", "evil@attacker.com, News <news@example.com>"),
+        ("--reply-to", "a@x.com,b@y.com"),
+        ("--from", "undisclosed:a@x.com,b@y.com;<c@z.com>"),
+    ] {
+        let (code, out, err) = operator(
+            &pool,
+            &["configure", "--campaign", CAMPAIGN, flag, value],
+            &[],
+        )
+        .await;
+        assert_eq!(
+            code,
+            exit::Exit::Config as i32,
+            "{flag} {value}: {out}{err}"
+        );
+        assert!(err.contains(flag), "{err}");
+        assert!(
+            !format!("{out}{err}").contains('@'),
+            "the value was shown: {out}{err}"
+        );
+    }
+    let s = campaigns::settings(&pool, CAMPAIGN).await.unwrap();
+    assert_eq!(
+        (s.from_address, s.reply_to),
+        (None, None),
+        "a refused value was stored"
+    );
+
+    let (code, out, err) = operator(
+        &pool,
+        &[
+            "configure",
+            "--campaign",
+            CAMPAIGN,
+            "--reply-to",
+            r#"Ann "Q" <reply@example.com>"#,
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}{err}");
+    let stored = campaigns::settings(&pool, CAMPAIGN)
+        .await
+        .unwrap()
+        .reply_to
+        .unwrap();
+    let m = campaign_sender::mailbox::Mailbox::parse(&stored).unwrap();
+    assert_eq!(m.name.as_deref(), Some(r#"Ann "Q""#));
+}
