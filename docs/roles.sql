@@ -85,7 +85,8 @@ GRANT SELECT ON campaigns, archived_campaigns, campaign_archive, rate_limits, ra
 GRANT SELECT (email, reason) ON suppressions TO campaign_sender_web;
 
 GRANT SELECT, INSERT ON provider_events TO campaign_sender_events;
-GRANT SELECT, INSERT, DELETE ON webhook_tokens TO campaign_sender_events;
+-- UPDATE (event_id): taking a token is a no-op upsert, so a replica sees another's commit.
+GRANT SELECT, INSERT, DELETE, UPDATE (event_id) ON webhook_tokens TO campaign_sender_events;
 GRANT SELECT, INSERT ON suppressions TO campaign_sender_events;
 GRANT SELECT ON campaign_targets TO campaign_sender_events;
 GRANT UPDATE (state, lease_until, claim_id, updated_at, started_at, unknown_since,

@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use metrics::{counter, gauge, histogram};
 
-/// Vendor events recorded (`events`), new ones only, by `vendor`, `campaign` (or `unknown`)
-/// and `what` (the funnel: delivered, hard_bounce, complaint, …; `unmatched` for events naming
-/// no campaign or member of ours).
+/// Vendor events recorded (`events`), new ones only, by `vendor`, `campaign` and `what` (the
+/// funnel: delivered, hard_bounce, complaint, …) for events naming a row of ours; under
+/// `campaign="unknown"`, `unmatched` for those naming none and `malformed` for those that could
+/// not be stored (the label set stays bounded whatever a vendor echoes).
 pub const EVENTS_TOTAL: &str = "campaign_sender_events_total";
 /// Webhook requests refused before anything was stored, by `vendor` and `reason` (unsigned,
 /// bad_signature, stale, replayed, foreign, cert_unavailable).

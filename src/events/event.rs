@@ -150,6 +150,22 @@ pub struct Event {
     pub email: Option<String>,
 }
 
+impl Event {
+    /// Whether PostgreSQL can store it: an id (`provider_events.event_id <> ''`) and no NUL
+    /// byte in any text (PostgreSQL's `text` has none). The vendor's signature covered it, so
+    /// it is the vendor's odd event, not a forgery: counted and skipped, never a 503 that makes
+    /// the vendor retry its whole batch for ever.
+    pub fn storable(&self) -> bool {
+        let texts = [
+            Some(self.id.as_str()),
+            self.campaign_id.as_deref(),
+            self.message_id.as_deref(),
+            self.email.as_deref(),
+        ];
+        !self.id.is_empty() && texts.into_iter().flatten().all(|t| !t.contains('\0'))
+    }
+}
+
 impl std::fmt::Debug for Event {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Event")

@@ -69,3 +69,6 @@ pub fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 pub fn funnel_of(what: &str) -> Option<&'static str> {
     What::parse(what).and_then(|w| w.effect().funnel)
 }
+
+#[cfg(test)]
+mod verify_tests;

@@ -38,7 +38,7 @@ use crate::http::{Budget, NotRead};
 use crate::metrics::{
     EVENTS_REFUSED_TOTAL, EVENTS_TOTAL, EVENTS_UNAVAILABLE_TOTAL, EVENTS_UNREAD_TOTAL,
 };
-use crate::store::events::{self, TokenReused};
+use crate::store::events::{self, NotRecorded, Recorded};
 
 /// The vendors this server listens for (those whose secret is configured), and its bounds.
 pub struct Listeners {
@@ -153,22 +153,19 @@ async fn receive(
         Authenticated::Answer(code) => return code,
         Authenticated::Events(e, t) => (e, t),
     };
+    let events = storable(vendor, events);
     let recorded = tokio::time::timeout(
         app.listeners.db_timeout,
         events::record(&app.pool, vendor, &events, token.as_deref()),
     )
     .await;
     match recorded {
-        Ok(Ok(Ok(r))) => {
-            count(vendor, r.fresh.iter().map(|i| &events[*i]));
-            if r.unmatched > 0 {
-                counter!(EVENTS_TOTAL, "vendor" => vendor.to_string(), "campaign" => "unknown", "what" => "unmatched")
-                    .increment(r.unmatched);
-            }
+        Ok(Ok(r)) => {
+            count(vendor, &events, &r);
             StatusCode::OK
         }
-        Ok(Ok(Err(TokenReused))) => refuse(vendor, Refused::Replayed),
-        Ok(Err(e)) => {
+        Ok(Err(NotRecorded::TokenReused)) => refuse(vendor, Refused::Replayed),
+        Ok(Err(NotRecorded::Database(e))) => {
             warn!(vendor, error = %e, "an event could not be recorded; answered 503, the vendor retries");
             counter!(EVENTS_UNAVAILABLE_TOTAL, "vendor" => vendor.to_string()).increment(1);
             StatusCode::SERVICE_UNAVAILABLE
@@ -310,16 +307,39 @@ fn refuse(vendor: &str, why: Refused) -> StatusCode {
     code
 }
 
-/// Counts the new events by campaign and kind (`campaign` only when it is one of ours in form).
-fn count<'a>(vendor: &str, fresh: impl Iterator<Item = &'a Event>) {
-    for e in fresh {
-        let campaign = e
-            .campaign_id
-            .as_deref()
-            .filter(|c| crate::campaign_id::problem(c).is_none())
-            .unwrap_or("unknown")
-            .to_string();
+/// The events a request's transaction can store; each other one (an empty id, a NUL byte
+/// PostgreSQL's text refuses) is counted as `malformed` and logged without its content, so it
+/// never costs its neighbours: the rest are committed and the vendor hears 2xx.
+fn storable(vendor: &str, events: Vec<Event>) -> Vec<Event> {
+    let total = events.len();
+    let kept: Vec<Event> = events.into_iter().filter(Event::storable).collect();
+    let malformed = (total - kept.len()) as u64;
+    if malformed > 0 {
+        counter!(EVENTS_TOTAL, "vendor" => vendor.to_string(), "campaign" => "unknown", "what" => "malformed")
+            .increment(malformed);
+        warn!(
+            vendor,
+            malformed,
+            of = total,
+            "events that cannot be stored (an empty id, a NUL byte) were skipped; the rest are recorded"
+        );
+    }
+    kept
+}
+
+/// Counts the new events: by campaign and kind when they name a row of ours, else as
+/// `unmatched` under `unknown` (a vendor echoes whatever it was given: a label per value
+/// would grow without bound).
+fn count(vendor: &str, events: &[Event], r: &Recorded) {
+    for f in r.fresh.iter().filter(|f| f.ours) {
+        let e = &events[f.at];
+        let campaign = e.campaign_id.clone().unwrap_or_default();
         counter!(EVENTS_TOTAL, "vendor" => vendor.to_string(), "campaign" => campaign, "what" => e.what.as_str())
             .increment(1);
+    }
+    let unmatched = r.unmatched();
+    if unmatched > 0 {
+        counter!(EVENTS_TOTAL, "vendor" => vendor.to_string(), "campaign" => "unknown", "what" => "unmatched")
+            .increment(unmatched);
     }
 }

@@ -17,19 +17,40 @@ use crate::events::{Event, FUNNEL};
 /// What one request's events did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Recorded {
-    /// The indices of the events not seen before (the rest were the vendor's retries).
-    pub fresh: Vec<usize>,
-    /// Of the new ones, those naming no campaign or member of ours.
-    pub unmatched: u64,
+    /// The events not seen before (the rest were the vendor's retries).
+    pub fresh: Vec<Fresh>,
     /// Addresses newly listed.
     pub suppressed: u64,
     /// Rows settled as `sent`.
     pub settled: u64,
 }
 
-/// A Mailgun token already used for another event.
+/// An event stored by this request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TokenReused;
+pub struct Fresh {
+    /// Its index in the request's events.
+    pub at: usize,
+    /// Whether it names a row of ours (a campaign and member in the work table); an event of
+    /// another tool on the account, or one naming a campaign we do not have, is not.
+    pub ours: bool,
+}
+
+impl Recorded {
+    /// The new events naming no row of ours.
+    pub fn unmatched(&self) -> u64 {
+        self.fresh.iter().filter(|f| !f.ours).count() as u64
+    }
+}
+
+/// Why nothing was recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum NotRecorded {
+    /// A Mailgun token already used for another event: a replay.
+    #[error("the token was used for another event")]
+    TokenReused,
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
 
 /// Records `events` of `vendor` in one transaction (`token`: Mailgun's, taken for them).
 pub async fn record(
@@ -37,39 +58,43 @@ pub async fn record(
     vendor: &str,
     events: &[Event],
     token: Option<&str>,
-) -> Result<Result<Recorded, TokenReused>, sqlx::Error> {
+) -> Result<Recorded, NotRecorded> {
     let mut tx = pool.begin().await?;
     if let Some(token) = token {
         let first = events.first().map(|e| e.id.as_str()).unwrap_or_default();
         if !take_token(&mut tx, token, first).await? {
-            return Ok(Err(TokenReused));
+            return Err(NotRecorded::TokenReused);
         }
     }
     let new = insert_new(&mut tx, vendor, events).await?;
     // The first of a repeated id in one request is the one stored.
     let mut first = std::collections::HashSet::new();
-    let fresh_at: Vec<usize> = (0..events.len())
-        .filter(|i| new.contains(&events[*i].id) && first.insert(&events[*i].id))
+    let fresh: Vec<Fresh> = (0..events.len())
+        .filter_map(|at| {
+            let ours = *new.get(&events[at].id)?;
+            first.insert(&events[at].id).then_some(Fresh { at, ours })
+        })
         .collect();
-    let fresh: Vec<&Event> = fresh_at.iter().map(|i| &events[*i]).collect();
-    let suppressed = suppress(&mut tx, vendor, &fresh).await?;
-    let settled = settle(&mut tx, &fresh).await?;
+    let stored: Vec<&Event> = fresh.iter().map(|f| &events[f.at]).collect();
+    let suppressed = suppress(&mut tx, vendor, &stored).await?;
+    let settled = settle(&mut tx, &stored).await?;
     tx.commit().await?;
-    Ok(Ok(Recorded {
-        fresh: fresh_at,
-        unmatched: fresh
-            .iter()
-            .filter(|e| e.campaign_id.is_none() || e.member_id.is_none())
-            .count() as u64,
+    Ok(Recorded {
+        fresh,
         suppressed,
         settled,
-    }))
+    })
 }
 
 /// Takes `token` for `event_id`: true if it is new, or was taken for this same event (the
-/// vendor's retry of a request whose answer it lost); false if another event used it.
+/// vendor's retry of a request whose answer it lost, on this replica or another at the same
+/// moment); false if another event used it.
 ///
-/// Invariant: a token carries one event, whichever replica sees it (the primary key).
+/// Invariant: a token carries one event, whichever replica sees it (the primary key). `DO
+/// UPDATE` (a no-op write) rather than `DO NOTHING` then a read: a replica whose insert waited
+/// on another's uncommitted row gets that row as committed, where a second read in the same
+/// statement would still see the snapshot from before it, find nothing and call a retry a
+/// replay.
 async fn take_token(
     tx: &mut PgConnection,
     token: &str,
@@ -77,13 +102,9 @@ async fn take_token(
 ) -> Result<bool, sqlx::Error> {
     // language=PostgreSQL
     const TAKE: &str = r#"
-        WITH taken AS (
-            INSERT INTO webhook_tokens (token, event_id) VALUES ($1, $2)
-            ON CONFLICT (token) DO NOTHING
-            RETURNING event_id
-        )
-        SELECT coalesce((SELECT event_id FROM taken),
-                        (SELECT event_id FROM webhook_tokens WHERE token = $1)) = $2
+        INSERT INTO webhook_tokens (token, event_id) VALUES ($1, $2)
+        ON CONFLICT (token) DO UPDATE SET event_id = webhook_tokens.event_id
+        RETURNING event_id = $2
     "#;
     let ok: Option<bool> = sqlx::query_scalar(TAKE)
         .bind(token)
@@ -104,22 +125,25 @@ pub async fn prune_tokens(pool: &PgPool, max_age_s: i64) -> Result<u64, sqlx::Er
     Ok(r.rows_affected())
 }
 
-/// Invariant: an event id is stored once per vendor; returns the ids this call stored.
+/// Invariant: an event id is stored once per vendor; returns the ids this call stored, each
+/// with whether it names a row of ours (the work table's primary key: one probe each).
 // language=PostgreSQL
 const INSERT_NEW: &str = r#"
-    INSERT INTO provider_events (vendor, event_id, what, campaign_id, member_id)
+    INSERT INTO provider_events AS p (vendor, event_id, what, campaign_id, member_id)
     SELECT $1, e.id, e.what, e.campaign_id, e.member_id
       FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[])
            AS e(id, what, campaign_id, member_id)
     ON CONFLICT (vendor, event_id) DO NOTHING
-    RETURNING event_id
+    RETURNING p.event_id,
+              EXISTS (SELECT 1 FROM campaign_targets t
+                       WHERE t.campaign_id = p.campaign_id AND t.member_id = p.member_id)
 "#;
 
 async fn insert_new(
     tx: &mut PgConnection,
     vendor: &str,
     events: &[Event],
-) -> Result<std::collections::HashSet<String>, sqlx::Error> {
+) -> Result<std::collections::HashMap<String, bool>, sqlx::Error> {
     // One request may repeat an event (a batch retried inside a batch): the first counts.
     let mut seen = std::collections::HashSet::new();
     let events: Vec<&Event> = events.iter().filter(|e| seen.insert(&e.id)).collect();
@@ -127,7 +151,7 @@ async fn insert_new(
     let whats: Vec<&str> = events.iter().map(|e| e.what.as_str()).collect();
     let campaigns: Vec<Option<&str>> = events.iter().map(|e| e.campaign_id.as_deref()).collect();
     let members: Vec<Option<i64>> = events.iter().map(|e| e.member_id).collect();
-    let rows: Vec<String> = sqlx::query_scalar(INSERT_NEW)
+    let rows: Vec<(String, bool)> = sqlx::query_as(INSERT_NEW)
         .bind(vendor)
         .bind(&ids)
         .bind(&whats)

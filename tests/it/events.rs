@@ -115,7 +115,7 @@ pub(crate) fn sendgrid_signed(body: &str, ts: &str) -> Vec<(&'static str, String
     ]
 }
 
-fn resend_signed(id: &str, ts: i64, body: &str) -> Vec<(&'static str, String)> {
+pub(crate) fn resend_signed(id: &str, ts: i64, body: &str) -> Vec<(&'static str, String)> {
     let (key, _) = resend_secret();
     let mut mac = Hmac::<Sha256>::new_from_slice(&key).unwrap();
     mac.update(format!("{id}.{ts}.{body}").as_bytes());
@@ -130,7 +130,7 @@ fn resend_signed(id: &str, ts: i64, body: &str) -> Vec<(&'static str, String)> {
     ]
 }
 
-fn mailgun_body(ts: i64, token: &str, event: serde_json::Value) -> String {
+pub(crate) fn mailgun_body(ts: i64, token: &str, event: serde_json::Value) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(MAILGUN_KEY.as_bytes()).unwrap();
     mac.update(format!("{ts}{token}").as_bytes());
     json!({"signature": {"timestamp": ts.to_string(), "token": token,

@@ -243,14 +243,17 @@ async fn the_events_command_runs_as_its_role_and_says_what_is_missing(pool: PgPo
         "Recipient": "member1@example.com", "Metadata": {"campaign_id": CAMPAIGN, "member_id": "1"}});
     let bounced = json!({"RecordType": "Bounce", "Type": "HardBounce", "ID": 7, "MessageID": "pm-2",
         "Email": "member2@example.com", "Metadata": {"campaign_id": CAMPAIGN, "member_id": "2"}});
-    for body in [delivered, bounced] {
+    // A campaign we do not have: counted as unmatched, never as a label of its own.
+    let foreign = json!({"RecordType": "Bounce", "Type": "HardBounce", "ID": 8, "MessageID": "pm-3",
+        "Email": "someone@example.org", "Metadata": {"campaign_id": "nope", "member_id": "1"}});
+    for body in [delivered, bounced, foreign] {
         assert_eq!(
             post(&format!("{base}/events/postmark"), &auth, &body.to_string()).await,
             200
         );
     }
     assert_eq!(state_of(&pool, 1).await.0, "sent");
-    assert_eq!(listed(&pool).await.len(), 1);
+    assert_eq!(listed(&pool).await.len(), 2);
     let text = metrics_text(&metrics).await.unwrap();
     for line in [
         "campaign_sender_events_unavailable_total{worker=",
@@ -260,6 +263,11 @@ async fn the_events_command_runs_as_its_role_and_says_what_is_missing(pool: PgPo
         assert!(text.contains(line), "{line} missing from:\n{text}");
     }
     assert!(!text.contains("@example.com"), "an address in the metrics");
+    assert!(
+        !text.contains("nope"),
+        "a foreign campaign became a label:\n{text}"
+    );
+    assert!(text.contains(r#"what="unmatched""#), "{text}");
     // Only the webhook server's own series: a sender's counters here would show a webhook pod
     // as a sender that never sends.
     assert!(!text.contains("campaign_sender_sends_total"), "{text}");

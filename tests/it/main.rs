@@ -13,6 +13,7 @@ mod doors;
 mod e2e;
 mod events;
 mod events_e2e;
+mod events_race;
 mod events_sns;
 mod exit_codes;
 mod hostile;
