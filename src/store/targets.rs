@@ -237,14 +237,26 @@ impl Store {
     /// - the claim counts the attempt (`attempts + 1`) and stamps a new `claim_id`, which
     ///   fences off every later write by the previous holder;
     /// - it reads the partial work-set index in that order (`scripts/explain-claim.sh` fails
-    ///   otherwise), so its cost is O(batch) however many rows are done.
+    ///   otherwise), so its cost is O(batch) however many rows are done;
+    /// - it is safe to retry with the same `claim_id` ([`Store::claim_as`]): a claim whose answer
+    ///   was lost (a connection gone dark after the commit) gets its own rows back on the retry,
+    ///   uncounted a second time, instead of leaving them leased to nobody until `LEASE_S`.
     pub async fn claim(&self, limit: u32, lease: Duration) -> Result<Batch, sqlx::Error> {
-        let claim_id = Uuid::new_v4();
+        self.claim_as(Uuid::new_v4(), limit, lease).await
+    }
+
+    /// [`Store::claim`] under `claim_id`, which every retry of one claim keeps (the worker's).
+    pub async fn claim_as(
+        &self,
+        claim_id: Uuid,
+        limit: u32,
+        lease: Duration,
+    ) -> Result<Batch, sqlx::Error> {
         // language=PostgreSQL
         const CLAIM: &str = concat!(
             r#"
             WITH picked AS (
-                SELECT member_id, state AS was,
+                SELECT member_id, state AS was, claim_id IS NOT DISTINCT FROM $3 AS ours,
                        EXISTS (SELECT 1 FROM suppressions s
                                 WHERE s.email = lower(campaign_targets.email)) AS suppressed
                   FROM campaign_targets
@@ -254,14 +266,15 @@ impl Store {
                    AND (   "#,
             pending_due!(),
             r#"
-                        OR (state = 'sending' AND (lease_until IS NULL OR lease_until < now())))
+                        OR (state = 'sending' AND (lease_until IS NULL OR lease_until < now()
+                                                   OR claim_id = $3)))
                  ORDER BY priority DESC, member_id
                  LIMIT $2
                    FOR UPDATE SKIP LOCKED
             )
             UPDATE campaign_targets t
                SET state         = CASE WHEN picked.suppressed THEN 'suppressed' ELSE 'sending' END,
-                   attempts      = t.attempts + (NOT picked.suppressed)::int,
+                   attempts      = t.attempts + (NOT picked.suppressed AND NOT picked.ours)::int,
                    claim_id      = $3,
                    lease_until   = CASE WHEN NOT picked.suppressed
                                         THEN now() + make_interval(secs => $4) END,
@@ -273,7 +286,7 @@ impl Store {
              WHERE t.campaign_id = (SELECT $1::text)
                AND t.member_id = picked.member_id
             RETURNING t.member_id, t.email, t.data, t.attempts AS attempt, t.priority,
-                      picked.was = 'sending' AS reclaimed, picked.suppressed
+                      picked.was = 'sending' AND NOT picked.ours AS reclaimed, picked.suppressed
         "#
         );
         let picked: Vec<Picked> = sqlx::query_as(CLAIM)

@@ -82,9 +82,13 @@ impl Pipeline<'_> {
             self.low_water() as u32
         };
         // A claim in flight at a stop is waited for (its rows are then released at once), but
-        // not past the shutdown bound.
-        self.ask("claiming rows", || w.store.claim(n, cfg.lease()))
-            .await
+        // not past the shutdown bound. Every retry keeps the claim's id: an attempt whose answer
+        // was lost committed its rows under it, and the retry takes them back.
+        let claim_id = uuid::Uuid::new_v4();
+        self.ask("claiming rows", || {
+            w.store.claim_as(claim_id, n, cfg.lease())
+        })
+        .await
     }
 
     /// Nothing was claimable: done, a step's answer, or a wait for the earliest row in backoff

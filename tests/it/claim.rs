@@ -124,6 +124,38 @@ async fn a_crashed_claim_is_retaken_only_after_its_lease_expires(pool: PgPool) {
     assert_ne!(retaken.claim_id, crashed.claim_id);
 }
 
+/// A claim whose answer was lost (its connection went dark after the commit) is retried under
+/// the same id: the retry gets the committed rows back, counted once, instead of leaving them
+/// leased to nobody until the lease runs out; another claim still cannot take them.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_claim_retried_after_its_answer_was_lost_gets_its_own_rows_back(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 50).await;
+    let s = store(&pool);
+    let id = uuid::Uuid::new_v4();
+    let lost = s.claim_as(id, 20, LEASE).await.unwrap();
+    assert_eq!(lost.rows.len(), 20);
+    let retried = s.claim_as(id, 20, LEASE).await.unwrap();
+    let ids = |b: &campaign_sender::store::Batch| -> Vec<i64> {
+        b.rows.iter().map(|r| r.member_id).collect()
+    };
+    assert_eq!(
+        ids(&retried),
+        ids(&lost),
+        "the retry did not get its rows back"
+    );
+    assert!(
+        retried.rows.iter().all(|r| r.attempt == 1),
+        "an attempt counted twice"
+    );
+    assert_eq!(retried.reclaimed, 0);
+    let other = s.claim(50, LEASE).await.unwrap();
+    assert_eq!(
+        other.rows.len(),
+        30,
+        "another claim took rows held under a live lease"
+    );
+}
+
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn a_stale_worker_cannot_overwrite_a_row_after_it_was_reclaimed(pool: PgPool) {
     seed(&pool, CAMPAIGN, 10).await;

@@ -129,6 +129,7 @@ async fn a_run_whose_connections_go_dark_sends_every_row_once(pool: PgPool) {
         .unwrap()
         .unwrap();
     let after = dark_at.elapsed();
+    eprintln!("dark: the run finished {after:?} after its connections went dark");
     assert_eq!(report.exit_code.code(), 0, "{report:?}");
     assert_eq!(states(&pool).await.get("sent"), Some(&3_000));
     let s = p.fake.stats();
@@ -142,6 +143,49 @@ async fn a_run_whose_connections_go_dark_sends_every_row_once(pool: PgPool) {
         closed >= 1,
         "no dark connection was closed: {went_dark} went dark"
     );
+}
+
+/// A claim that commits while its connection goes dark (queued behind a lock, answered into
+/// the void): the worker's retry keeps the claim's id and takes the committed rows back at
+/// once, instead of leaving them leased to nobody for `LEASE_S` (30 s here).
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_claim_whose_answer_is_lost_is_taken_back_by_its_retry_at_once(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 50).await;
+    let url = worker_url(&pool).await;
+    let db = FrozenDb::in_front_of(&url).await;
+    let store = Store::new(worker_pool(&db.url(&url), 1).await, CAMPAIGN);
+    // Prepared on the one connection first, as a worker's claims are: the lost claim then
+    // goes out whole and commits (an unprepared one would wait for its Parse's answer).
+    store.claim(0, Duration::from_secs(30)).await.unwrap();
+    let mut lock = pool.begin().await.unwrap();
+    sqlx::query("LOCK TABLE campaign_targets IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let id = uuid::Uuid::new_v4();
+    let started = Instant::now();
+    let claim = tokio::spawn(async move {
+        retrying(Duration::from_secs(20), "claiming rows", || {
+            store.claim_as(id, 50, Duration::from_secs(30))
+        })
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    db.go_dark();
+    lock.commit().await.unwrap();
+    let batch = tokio::time::timeout(Duration::from_secs(30), claim)
+        .await
+        .expect("the claim hung")
+        .unwrap()
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(
+        batch.rows.len(),
+        50,
+        "the rows committed by the lost claim were not taken back"
+    );
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    assert!(batch.rows.iter().all(|r| r.attempt == 1));
 }
 
 /// The server's bounds are set on the sessions they are meant for: keepalives on every one; a
