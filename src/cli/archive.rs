@@ -62,9 +62,11 @@ async fn archive_one(pool: &PgPool, campaign: &str, dry_run: bool) -> CliResult 
         return Ok(());
     }
     let started = Instant::now();
-    let counts = archive::begin(pool, campaign).await?;
+    archive::begin(pool, campaign).await?;
     let moved = archive::move_all(pool, campaign, archive::LockRetry::ARCHIVE).await?;
     archive::complete(pool, campaign).await?;
+    // The counts of the rows as they moved: what `status` shows from now on.
+    let counts = archive::archived(pool, campaign).await?.unwrap_or_default();
     print_done(campaign, &counts, moved, started.elapsed());
     let (pending, sending) = archive::unfinished(pool, campaign).await?;
     if pending + sending > 0 {

@@ -139,15 +139,11 @@ pub fn window_status(w: SendWindow, now: DateTime<Utc>, remaining: i64, rate: f6
     }
 }
 
-/// An archived campaign's counts: those taken before its rows moved, plus — once the move is
-/// complete — the rows imported since (members it never had: `import` skips archived ones).
-/// While the move runs, the rows still in the work table are the ones moving.
+/// An archived campaign's counts: the rows moved (each batch adds its own), plus the rows still
+/// in the work table — those not moved yet while an archive runs, those imported since once it
+/// is complete (members it never had: `import` skips archived ones). Every row counted once.
 fn with_archive(a: &Archived, live: &CampaignCounts) -> CampaignCounts {
-    let since = if a.archived_at.is_some() {
-        live.clone()
-    } else {
-        CampaignCounts::default()
-    };
+    let since = live;
     CampaignCounts {
         total: a.total + since.total,
         sent: a.sent + since.sent,

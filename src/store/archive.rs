@@ -8,10 +8,12 @@
 //! - each batch is one short transaction that locks only the rows it moves (all of the archived
 //!   campaign, none another campaign's workers hold) and gives up at `lock_timeout` rather than
 //!   queue; a batch either moves completely or not at all, so an interrupted archive resumes;
-//! - the counts are taken before the first row of an archive moves, and then stand; archiving
-//!   a campaign again after its archive completed (a re-import queued members it never had, and
-//!   they settled) adds the rows then in the work table to them, so no row drops out of the
-//!   totals.
+//! - the counts are those of the rows moved: each batch adds what it moved, by the outcome it
+//!   archived them under, in the same transaction. A row settled while the archive runs (an
+//!   `unconfirmed` row a vendor's delivery event makes `sent`) is counted as it moved, and
+//!   every row is counted once — in `archived_campaigns` once moved, in the work table until
+//!   then — whether the archive runs to the end, is interrupted and resumed, or runs again
+//!   after a re-import.
 
 use std::time::Duration;
 
@@ -59,41 +61,24 @@ pub async fn rows_left(pool: &PgPool, campaign_id: &str) -> Result<i64, sqlx::Er
         .await
 }
 
-/// Records the campaign's final counts and returns them. A resumed archive (`archived_at`
-/// still NULL) keeps the counts its first call took: the rows it has not moved yet are in them.
-/// A completed archive with rows in the work table again (members imported after it, settled
-/// since) gets those rows added and becomes an archive under way until [`complete`]: every row
-/// is counted once, whichever archive moved it.
-pub async fn begin(pool: &PgPool, campaign_id: &str) -> Result<Archived, sqlx::Error> {
+/// Starts (or resumes) an archive: the campaign's row in `archived_campaigns`, its counts at
+/// zero for a first archive. A resumed one (`archived_at` still NULL) is left as it is: it holds
+/// what its batches moved. A completed one with rows in the work table again (members imported
+/// after it, settled since) becomes an archive under way until [`complete`], its counts kept
+/// for the new batches to add to.
+pub async fn begin(pool: &PgPool, campaign_id: &str) -> Result<(), sqlx::Error> {
     // language=PostgreSQL
     const BEGIN: &str = r#"
         INSERT INTO archived_campaigns
-               (campaign_id, total, sent, failed, opted_out, unconfirmed, suppressed, last_sent_at)
-        SELECT $1, count(*),
-               count(*) FILTER (WHERE state = 'sent'),
-               count(*) FILTER (WHERE state = 'failed'),
-               count(*) FILTER (WHERE opted_out_at IS NOT NULL AND state IN ('pending', 'sending')),
-               count(*) FILTER (WHERE state = 'unconfirmed'),
-               count(*) FILTER (WHERE state = 'suppressed'),
-               max(sent_at) FILTER (WHERE state = 'sent')
-          FROM campaign_targets
-         WHERE campaign_id = $1
+               (campaign_id, total, sent, failed, opted_out, unconfirmed, suppressed)
+        VALUES ($1, 0, 0, 0, 0, 0, 0)
         ON CONFLICT (campaign_id) DO UPDATE
-           SET total        = archived_campaigns.total + EXCLUDED.total,
-               sent         = archived_campaigns.sent + EXCLUDED.sent,
-               failed       = archived_campaigns.failed + EXCLUDED.failed,
-               opted_out    = archived_campaigns.opted_out + EXCLUDED.opted_out,
-               unconfirmed  = archived_campaigns.unconfirmed + EXCLUDED.unconfirmed,
-               suppressed   = archived_campaigns.suppressed + EXCLUDED.suppressed,
-               last_sent_at = greatest(archived_campaigns.last_sent_at, EXCLUDED.last_sent_at),
-               started_at   = now(),
-               archived_at  = NULL
-         WHERE archived_campaigns.archived_at IS NOT NULL AND EXCLUDED.total > 0
+           SET started_at = now(), archived_at = NULL
+         WHERE archived_campaigns.archived_at IS NOT NULL
+           AND EXISTS (SELECT 1 FROM campaign_targets WHERE campaign_id = $1)
     "#;
     sqlx::query(BEGIN).bind(campaign_id).execute(pool).await?;
-    Ok(archived(pool, campaign_id)
-        .await?
-        .expect("archived_campaigns row just written"))
+    Ok(())
 }
 
 /// The archived counts of a campaign, if it is (being) archived.
@@ -112,9 +97,10 @@ pub async fn archived(pool: &PgPool, campaign_id: &str) -> Result<Option<Archive
 }
 
 /// Moves the next `limit` finished rows from member `from` on (inclusive: the first batch
-/// starts at `i64::MIN`, which is a member id too) into `campaign_archive`, in one transaction
-/// that waits at most `lock_wait` for a lock. Returns how many moved and the last member moved
-/// (`None`: nothing left from `from` on).
+/// starts at `i64::MIN`, which is a member id too) into `campaign_archive` and adds them to the
+/// campaign's counts by the outcome each was archived under, in one transaction that waits at
+/// most `lock_wait` for a lock. Returns how many moved and the last member moved (`None`:
+/// nothing left from `from` on). Needs [`begin`]'s row.
 pub async fn move_batch(
     pool: &PgPool,
     campaign_id: &str,
@@ -149,6 +135,27 @@ pub async fn move_batch(
                    sent_at, last_status, least(attempts, 32767)::smallint
               FROM moved
             ON CONFLICT (campaign_id, member_id) DO NOTHING
+            RETURNING outcome, sent_at
+        ),
+        -- The counts are the archived rows' own (a member archived before is not counted again).
+        counted AS (
+            UPDATE archived_campaigns a
+               SET total        = a.total + k.total,
+                   sent         = a.sent + k.sent,
+                   failed       = a.failed + k.failed,
+                   opted_out    = a.opted_out + k.opted_out,
+                   unconfirmed  = a.unconfirmed + k.unconfirmed,
+                   suppressed   = a.suppressed + k.suppressed,
+                   last_sent_at = greatest(a.last_sent_at, k.last_sent_at)
+              FROM (SELECT count(*) AS total,
+                           count(*) FILTER (WHERE outcome = 'sent') AS sent,
+                           count(*) FILTER (WHERE outcome = 'failed') AS failed,
+                           count(*) FILTER (WHERE outcome = 'opted_out') AS opted_out,
+                           count(*) FILTER (WHERE outcome = 'unconfirmed') AS unconfirmed,
+                           count(*) FILTER (WHERE outcome = 'suppressed') AS suppressed,
+                           max(sent_at) FILTER (WHERE outcome = 'sent') AS last_sent_at
+                      FROM kept) k
+             WHERE a.campaign_id = $1
         )
         SELECT count(*), max(member_id) FROM moved
     "#;

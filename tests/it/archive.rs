@@ -410,7 +410,7 @@ async fn archiving_stops_at_once_on_an_error_waiting_cannot_heal(pool: PgPool) {
 /// them already, none is counted twice — and `--dry-run` says it would resume, and no longer
 /// once it is complete.
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
-async fn a_resumed_archive_keeps_the_counts_it_took_before_the_first_row_moved(pool: PgPool) {
+async fn a_resumed_archive_counts_every_row_once(pool: PgPool) {
     use campaign_sender::store::archive::{begin, move_batch};
     seed_finished(&pool, DONE, 100).await;
     begin(&pool, DONE).await.unwrap();
@@ -457,4 +457,63 @@ async fn the_smallest_and_the_largest_member_ids_are_archived_too(pool: PgPool) 
     assert!(out.contains("archived 4 rows"), "{out}");
     assert_eq!(rows_of(&pool, "campaign_targets", DONE).await, 0);
     assert_eq!(rows_of(&pool, "campaign_archive", DONE).await, 4);
+}
+
+/// Rows settled while the archive runs (a vendor's delivery event makes an `unconfirmed` row
+/// `sent` between two batches) are counted as they moved: the counts `status` keeps are the
+/// archived rows' own, and the command does not ask to `resolve` rows that are sent.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn rows_settled_while_the_archive_runs_are_counted_as_they_moved(pool: PgPool) {
+    use campaign_sender::store::archive::{begin, move_batch};
+    seed_finished(&pool, DONE, 1_000).await;
+    begin(&pool, DONE).await.unwrap();
+    move_batch(&pool, DONE, i64::MIN, 100, Duration::from_secs(2))
+        .await
+        .unwrap();
+    // The events settle every unconfirmed row left (members 200, 300, …, 1000).
+    sqlx::query("UPDATE campaign_targets SET state = 'sent', sent_at = now(), unknown_since = NULL WHERE campaign_id = $1 AND state = 'unconfirmed'")
+        .bind(DONE)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let (code, out, err) = archive(&pool, &["--campaign", DONE]).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    let rows: HashMap<String, i64> = sqlx::query_as::<_, (String, i64)>(
+        "SELECT outcome, count(*) FROM campaign_archive WHERE campaign_id = $1 GROUP BY 1",
+    )
+    .bind(DONE)
+    .fetch_all(&pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .collect();
+    let counted: (i64, i64, i64, i64, i64, i64) = sqlx::query_as(
+        "SELECT total, sent, failed, opted_out, unconfirmed, suppressed FROM archived_campaigns WHERE campaign_id = $1",
+    )
+    .bind(DONE)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let of = |k: &str| rows.get(k).copied().unwrap_or(0);
+    assert_eq!(
+        counted,
+        (
+            rows.values().sum(),
+            of("sent"),
+            of("failed"),
+            of("opted_out"),
+            of("unconfirmed"),
+            of("suppressed")
+        ),
+        "archived_campaigns disagrees with campaign_archive"
+    );
+    assert_eq!(
+        of("unconfirmed"),
+        1,
+        "only member 100 moved before the events settled the rest"
+    );
+    assert!(out.contains("1 rows were archived as unconfirmed"), "{out}");
+    let v = status_json(&operator_url(&pool).await).await;
+    assert_eq!(v["counts"]["unconfirmed"], 1, "{v}");
+    assert_eq!(v["counts"]["total"], 1_000, "{v}");
 }
