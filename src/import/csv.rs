@@ -120,6 +120,12 @@ impl Columns {
 /// Validates one record: the member id, the address, and the optional priority and schedule,
 /// or why not. Pure.
 pub fn check_record(fields: &[&str], cols: &Columns) -> Result<Record, String> {
+    if let Some(i) = fields.iter().position(|f| f.contains('\0')) {
+        return Err(format!(
+            "column {} holds a NUL byte, which PostgreSQL's text cannot store",
+            i + 1
+        ));
+    }
     if fields.len() != cols.width {
         return Err(format!(
             "expected {} fields, found {}",
@@ -376,7 +382,16 @@ pub(super) fn read_input(
         let line = match next_record(&mut rdr, &mut record)? {
             Next::End => break,
             Next::NotUtf8(line) => {
-                out.reject(line, "not valid UTF-8".into(), &[], &Columns::POSITIONAL)?;
+                // A record all the same: a file of nothing else is refused for its bad lines,
+                // not taken for an empty one.
+                out.records += 1;
+                progress.records.fetch_add(1, Ordering::Relaxed);
+                out.reject(
+                    line,
+                    "not valid UTF-8 (save the file as UTF-8)".into(),
+                    &[],
+                    &Columns::POSITIONAL,
+                )?;
                 continue;
             }
             Next::Record(line) => line,

@@ -280,3 +280,36 @@ async fn import_of_a_missing_file_gives_66(pool: PgPool) {
     let (code, _, err) = finish(child, Duration::from_secs(30)).await;
     assert_eq!(code, exit::Exit::NoInput as i32, "{err}");
 }
+
+/// What PostgreSQL's text cannot hold is the file's fault, said by line: a NUL byte in a
+/// template-data column, and input that is not UTF-8 at all (not taken for an empty file),
+/// each exit 65 naming the line, nothing imported.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_nul_byte_or_input_that_is_not_utf8_is_refused_by_line_as_the_files_fault(pool: PgPool) {
+    let db = operator_url(&pool).await;
+    for (body, line, what) in [
+        (
+            b"member_id,email,first_name\n1,a@example.com,Ann\n2,b@example.com,B\0b\n".to_vec(),
+            "line 3",
+            "NUL byte",
+        ),
+        (
+            b"1,a@example.com\n2,\xff\xfe@example.com\n".to_vec(),
+            "line 2",
+            "not valid UTF-8",
+        ),
+        (b"\xff\xfe\xfd\n".to_vec(), "line 1", "not valid UTF-8"),
+    ] {
+        let mut child = import_from_stdin(&db);
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(&body).await.unwrap();
+        drop(stdin);
+        let (code, out, err) = finish(child, Duration::from_secs(60)).await;
+        assert_eq!(code, exit::Exit::DataError as i32, "{what}: {out}\n{err}");
+        assert!(err.contains(line) && err.contains(what), "{what}: {err}");
+        assert!(
+            states(&pool).await.is_empty(),
+            "{what}: something was imported"
+        );
+    }
+}
