@@ -167,7 +167,7 @@ async fn insert_new(
 // language=PostgreSQL
 const SUPPRESS: &str = r#"
     INSERT INTO suppressions (email, reason, source)
-    SELECT DISTINCT ON (lower(e.email)) lower(e.email), e.reason, $1
+    SELECT DISTINCT ON (email_fold(e.email)) email_fold(e.email), e.reason, $1
       FROM unnest($2::text[], $3::text[]) AS e(email, reason)
      WHERE e.email <> ''
     ON CONFLICT (email) DO NOTHING

@@ -1,9 +1,10 @@
 //! The statements on `suppressions`, the provider's suppression list, and those of `resolve` on
 //! `unconfirmed` rows.
 //!
-//! Addresses are compared whole and case-insensitively: `suppressions.email` holds PostgreSQL's
-//! `lower()` of the address (a `CHECK` keeps it so) and every comparison takes `lower()` of the
-//! row's. The claim and the re-check before every send consult the list
+//! Addresses are compared whole and case-insensitively, in every script: `suppressions.email`
+//! holds `email_fold()` of the address (a `CHECK` keeps it so; the function, fixed by a
+//! migration, folds all of Unicode whatever the database's collation) and every comparison takes
+//! `email_fold()` of the row's. The claim and the re-check before every send consult the list
 //! ([`super::Store::claim`], [`super::Store::recheck`]); a listed address is never claimed or
 //! sent to, in any campaign.
 
@@ -55,9 +56,9 @@ pub async fn add(tx: &mut PgConnection) -> Result<Added, sqlx::Error> {
     // language=PostgreSQL
     const ADD: &str = r#"
         WITH staged AS MATERIALIZED (
-            SELECT DISTINCT ON (lower(email)) lower(email) AS email, reason
+            SELECT DISTINCT ON (email_fold(email)) email_fold(email) AS email, reason
               FROM suppress_rows
-             ORDER BY lower(email), line DESC
+             ORDER BY email_fold(email), line DESC
         ),
         merged AS (
             INSERT INTO suppressions (email, reason)
@@ -93,14 +94,14 @@ pub async fn lift(tx: &mut PgConnection) -> Result<Lifted, sqlx::Error> {
     // language=PostgreSQL
     const REMOVE: &str = r#"
         DELETE FROM suppressions s
-         WHERE s.email IN (SELECT lower(email) FROM suppress_rows)
+         WHERE s.email IN (SELECT email_fold(email) FROM suppress_rows)
     "#;
     // language=PostgreSQL
     const RESTORE: &str = r#"
         UPDATE campaign_targets t
            SET state = 'pending', updated_at = now()
          WHERE t.state = 'suppressed'
-           AND lower(t.email) IN (SELECT lower(email) FROM suppress_rows)
+           AND email_fold(t.email) IN (SELECT email_fold(email) FROM suppress_rows)
     "#;
     let removed = sqlx::query(REMOVE).execute(&mut *tx).await?.rows_affected();
     let restored = sqlx::query(RESTORE)
@@ -149,7 +150,7 @@ impl Store {
         const BY_REASON: &str = r#"
             SELECT coalesce(s.reason, 'lifted') AS label, count(*) AS count
               FROM campaign_targets t
-              LEFT JOIN suppressions s ON s.email = lower(t.email)
+              LEFT JOIN suppressions s ON s.email = email_fold(t.email)
              WHERE t.campaign_id = $1 AND t.state = 'suppressed'
              GROUP BY 1
              ORDER BY 2 DESC, 1

@@ -258,7 +258,7 @@ impl Store {
             WITH picked AS (
                 SELECT member_id, state AS was, claim_id IS NOT DISTINCT FROM $3 AS ours,
                        EXISTS (SELECT 1 FROM suppressions s
-                                WHERE s.email = lower(campaign_targets.email)) AS suppressed
+                                WHERE s.email = email_fold(campaign_targets.email)) AS suppressed
                   FROM campaign_targets
                  WHERE campaign_id = $1
                    AND opted_out_at IS NULL
@@ -347,7 +347,7 @@ impl Store {
             verdict AS (
                 SELECT c.member_id, a.claim_id,
                        CASE WHEN c.opted_out_at IS NOT NULL THEN 'opted_out'
-                            WHEN EXISTS (SELECT 1 FROM suppressions s WHERE s.email = lower(c.email))
+                            WHEN EXISTS (SELECT 1 FROM suppressions s WHERE s.email = email_fold(c.email))
                                  THEN 'suppressed'
                             WHEN c.unknown_since <= now() - make_interval(secs => $4)
                                  THEN 'unconfirmed'
@@ -506,7 +506,7 @@ impl Store {
             ),
             listed AS (
                 INSERT INTO suppressions (email, reason)
-                SELECT DISTINCT lower(email), 'inactive'
+                SELECT DISTINCT email_fold(email), 'inactive'
                   FROM written
                  WHERE state = 'suppressed' AND email IS NOT NULL AND email <> ''
                 ON CONFLICT (email) DO NOTHING

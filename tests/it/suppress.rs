@@ -178,3 +178,89 @@ async fn a_block_of_listed_rows_does_not_stall_the_run(pool: PgPool) {
     );
     assert_eq!(states(&pool).await.get("suppressed"), Some(&480));
 }
+
+/// Lists `ÄNN@EXAMPLE.COM` (a `suppress` file's way) and `BJÖRN@EXAMPLE.COM` (a vendor's bounce),
+/// then seeds their lower-case rows: neither is claimed, both become `suppressed`.
+async fn folded_listing_stops_its_row(pool: &PgPool) {
+    use campaign_sender::events::{Event, What};
+    use campaign_sender::store::{events, suppressions};
+    let mut tx = pool.begin().await.unwrap();
+    suppressions::create_staging(&mut tx).await.unwrap();
+    sqlx::query("INSERT INTO suppress_rows VALUES (1, 'ÄNN@EXAMPLE.COM', 'manual')")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    suppressions::add(&mut tx).await.unwrap();
+    tx.commit().await.unwrap();
+    let bounce = Event {
+        id: "ev-1".into(),
+        what: What::HardBounce,
+        campaign_id: None,
+        member_id: None,
+        message_id: None,
+        email: Some("BJÖRN@EXAMPLE.COM".into()),
+    };
+    events::record(pool, "sendgrid", &[bounce], None)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO campaign_targets (campaign_id, member_id, email)
+         VALUES ($1, 1, 'änn@example.com'), ($1, 2, 'björn@example.com'), ($1, 3, 'eve@example.com')",
+    )
+    .bind(CAMPAIGN)
+    .execute(pool)
+    .await
+    .unwrap();
+    let store = campaign_sender::store::Store::new(pool.clone(), CAMPAIGN);
+    let batch = store.claim(10, Duration::from_secs(30)).await.unwrap();
+    let claimed: Vec<i64> = batch.rows.iter().map(|r| r.member_id).collect();
+    assert_eq!(claimed, [3], "a listed address was claimed in another case");
+    assert_eq!(batch.suppressed, 2);
+}
+
+/// Suppression is matched in every script, whatever the database's collation: on the C
+/// collation (the throwaway cluster's, where `lower()` folds ASCII only) and on an en-US one
+/// (ICU, or PostgreSQL 17's builtin C.UTF-8 where the server has no ICU).
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_listing_in_capitals_stops_its_lower_case_address_on_c_and_en_us(pool: PgPool) {
+    let ctype: String = sqlx::query_scalar(
+        "SELECT datctype::text FROM pg_database WHERE datname = current_database()",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        ctype, "C",
+        "the test database is meant to be on the C collation"
+    );
+    folded_listing_stops_its_row(&pool).await;
+
+    let has_icu: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_collation WHERE collname = 'und-x-icu')",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let locale = if has_icu {
+        "LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C'"
+    } else {
+        "LOCALE_PROVIDER builtin BUILTIN_LOCALE 'C.UTF-8' LOCALE 'C'"
+    };
+    let name = format!("cs_en_{}", std::process::id());
+    sqlx::query(&format!(
+        "CREATE DATABASE {name} TEMPLATE template0 ENCODING 'UTF8' {locale}"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let mut opts = pool.connect_options().as_ref().clone();
+    opts = opts.database(&name);
+    let en = sqlx::PgPool::connect_with(opts).await.unwrap();
+    campaign_sender::store::MIGRATOR.run(&en).await.unwrap();
+    folded_listing_stops_its_row(&en).await;
+    en.close().await;
+    sqlx::query(&format!("DROP DATABASE {name}"))
+        .execute(&pool)
+        .await
+        .unwrap();
+}
