@@ -8,6 +8,7 @@
 //! the struct itself serialises for `--json`.
 
 mod render;
+pub mod state;
 
 pub use render::{budget, duration, one_line, render};
 
@@ -35,10 +36,15 @@ pub struct Status {
     pub progress: Progress,
     /// Rows still to settle: `pending` + `sending` (opted out excluded).
     pub remaining: i64,
-    /// Deliveries per second over the last minute (or since the first delivery in it).
+    /// Deliveries per second over the last minute (or since the first delivery in it); 0 for a
+    /// campaign that is not sending ([`Status::waits_for`]).
     pub rate_per_s: f64,
-    /// Seconds to finish at that rate; `None` when nothing is being delivered.
+    /// Seconds to finish at that rate; `None` when nothing is being delivered, or the campaign
+    /// is not sending.
     pub eta_s: Option<f64>,
+    /// What a campaign that is not sending waits for (paused, refused, at a quota, outside its
+    /// window, done): it has no current rate and no ETA at one ([`state::State::waits_for`]).
+    pub waits_for: Option<String>,
     pub done: bool,
     pub paused: Option<Pause>,
     pub template: String,
@@ -195,8 +201,9 @@ pub async fn gather(
         }
         None => None,
     };
-    Ok(Status {
+    let status = Status {
         window,
+        waits_for: None,
         campaign_id: campaign_id.to_string(),
         at: Utc::now(),
         known: c.total > 0 || settings.stored || archived.is_some(),
@@ -220,7 +227,30 @@ pub async fn gather(
         archived,
         progress,
         funnel: crate::store::events::funnel(pool, campaign_id).await?,
-    })
+    };
+    Ok(status.halted())
+}
+
+impl Status {
+    /// A campaign that is not sending (see [`state::State::waits_for`]) says what it waits for
+    /// instead of a rate and an ETA: what the last minute delivered before it stopped is not a
+    /// rate it sends at. Outside its window it keeps the whole-window estimate (at the rate it
+    /// sends when the window is open); otherwise that goes too.
+    pub fn halted(mut self) -> Self {
+        let st = state::State::of(&self);
+        let Some(waits) = st.waits_for() else {
+            return self;
+        };
+        self.waits_for = Some(waits.to_string());
+        self.rate_per_s = 0.0;
+        self.eta_s = None;
+        if !matches!(st, state::State::OutsideWindow { .. }) {
+            if let Some(w) = self.window.as_mut() {
+                w.finish = None;
+            }
+        }
+        self
+    }
 }
 
 #[cfg(test)]
@@ -235,6 +265,7 @@ impl Status {
             remaining: 0,
             rate_per_s: 0.0,
             eta_s: None,
+            waits_for: None,
             done: false,
             paused: None,
             template: campaign_id.into(),
@@ -258,6 +289,41 @@ impl Status {
 mod tests {
     use super::render::{budget, duration};
     use super::*;
+
+    /// A paused campaign that delivered 100 rows in the 2.3 s before its pause: no "43/s", no
+    /// ETA at it, but what it waits for; the same figures while it sends keep their rate.
+    #[test]
+    fn a_campaign_that_is_not_sending_shows_no_rate_and_no_eta_but_what_it_waits_for() {
+        let mut s = Status {
+            remaining: 900,
+            rate_per_s: 43.0,
+            eta_s: Some(21.0),
+            ..Status::empty("spring")
+        };
+        s.progress.sent_last_minute = 100;
+        let sending = s.clone().halted();
+        assert_eq!((sending.rate_per_s, sending.eta_s), (43.0, Some(21.0)));
+        assert_eq!(sending.waits_for, None);
+        s.paused = Some(Pause {
+            at: Utc::now(),
+            by: "ops".into(),
+            reason: None,
+        });
+        let paused = s.halted();
+        assert_eq!((paused.rate_per_s, paused.eta_s), (0.0, None));
+        assert_eq!(paused.waits_for.as_deref(), Some("`resume`"));
+        let text = render(&paused);
+        assert!(
+            text.contains("rate       none: not sending, waits for `resume`"),
+            "{text}"
+        );
+        assert!(!text.contains("43") && !text.contains("ETA"), "{text}");
+        let line = one_line(&paused);
+        assert!(
+            line.contains("not sending") && line.contains("no ETA"),
+            "{line}"
+        );
+    }
 
     fn progress(sent_last_minute: i64, window: Option<f64>) -> Progress {
         Progress {

@@ -25,10 +25,11 @@ fn reason(r: &Reason) -> String {
 pub fn one_line(s: &Status) -> String {
     let c = &s.progress.counts;
     let settled = c.settled();
-    let eta = match (s.done, s.eta_s) {
-        (true, _) => "done".to_string(),
-        (_, Some(e)) => format!("ETA {}", duration(e)),
-        (_, None) => "ETA unknown (nothing delivered in the last minute)".to_string(),
+    let eta = match (s.done, &s.waits_for, s.eta_s) {
+        (true, _, _) => "done".to_string(),
+        (_, Some(w), _) => format!("no ETA: not sending, waits for {w}"),
+        (_, None, Some(e)) => format!("ETA {}", duration(e)),
+        (_, None, None) => "ETA unknown (nothing delivered in the last minute)".to_string(),
     };
     let mut paused = match &s.paused {
         Some(p) => format!(", PAUSED by {}", p.by),
@@ -50,9 +51,13 @@ pub fn one_line(s: &Status) -> String {
     if c.suppressed > 0 {
         extra += &format!(", {} suppressed", c.suppressed);
     }
+    let rate = match s.waits_for {
+        Some(_) => "not sending".to_string(),
+        None => format!("{:.1}/s", s.rate_per_s),
+    };
     format!(
-        "{}: {settled}/{} settled ({} sent, {} failed, {} opted out{extra}), {:.1}/s, {eta}{paused}",
-        s.campaign_id, c.total, c.sent, c.failed, c.opted_out, s.rate_per_s
+        "{}: {settled}/{} settled ({} sent, {} failed, {} opted out{extra}), {rate}, {eta}{paused}",
+        s.campaign_id, c.total, c.sent, c.failed, c.opted_out
     )
 }
 
@@ -154,11 +159,18 @@ fn render_counts(o: &mut String, s: &Status) {
         Some(e) if !s.done && s.window.is_none() => format!(", ETA {}", duration(e)),
         _ => String::new(),
     };
-    let _ = writeln!(
-        o,
-        "rate       {:.1}/s over the last minute ({} delivered){eta}",
-        s.rate_per_s, s.progress.sent_last_minute
-    );
+    let _ = match &s.waits_for {
+        Some(w) => writeln!(
+            o,
+            "rate       none: not sending, waits for {w} ({} delivered in the last minute)",
+            s.progress.sent_last_minute
+        ),
+        None => writeln!(
+            o,
+            "rate       {:.1}/s over the last minute ({} delivered){eta}",
+            s.rate_per_s, s.progress.sent_last_minute
+        ),
+    };
     if let Some(w) = &s.window {
         render_window(o, w, s.done, s.at);
     }

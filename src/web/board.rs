@@ -116,11 +116,11 @@ impl Board {
         self.read().health.clone()
     }
 
-    /// Every campaign, in the order of the index page: by [`super::state::State::rank`], then
+    /// Every campaign, in the order of the index page: by [`crate::status::state::State::rank`], then
     /// name.
     pub fn views(&self) -> Vec<View> {
         let mut v: Vec<View> = self.read().views.values().cloned().collect();
-        v.sort_by_key(|v| super::state::State::of(&v.status).rank());
+        v.sort_by_key(|v| crate::status::state::State::of(&v.status).rank());
         v
     }
 

@@ -15,7 +15,6 @@
 pub mod board;
 pub mod chart;
 pub mod page;
-pub mod state;
 
 use std::sync::Arc;
 

@@ -13,7 +13,7 @@ use maud::{html, Markup, DOCTYPE};
 
 use super::board::{Board, View};
 use super::chart;
-use super::state::State;
+use crate::status::state::State;
 use crate::status::{budget, duration, Status};
 
 /// `1 200 000`: digits in groups of three, thin-spaced.
@@ -140,8 +140,11 @@ fn progress(s: &Status) -> Markup {
     }
 }
 
-/// `498/s of 500/s` (the key's limit in force).
+/// `498/s of 500/s` (the key's limit in force); `—` for a campaign that is not sending.
 fn rate(s: &Status) -> String {
+    if s.waits_for.is_some() {
+        return "—".into();
+    }
     let limit = s.limits.iter().find_map(|k| k.limit_per_s);
     match limit {
         Some(l) => format!("{:.0}/s of {l:.0}/s", s.rate_per_s),
@@ -165,6 +168,9 @@ fn eta(s: &Status) -> String {
             ),
             None => "unknown: nothing delivered yet".into(),
         };
+    }
+    if let Some(w) = &s.waits_for {
+        return format!("none: not sending, waits for {w}");
     }
     match s.eta_s {
         Some(e) => format!("{} at this rate", duration(e)),
@@ -415,6 +421,25 @@ pub fn error(board: &Board, title: &str, what: Markup) -> Markup {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_paused_campaign_shows_no_rate_and_no_eta_at_one() {
+        let mut s = Status {
+            remaining: 900,
+            rate_per_s: 43.0,
+            eta_s: Some(21.0),
+            ..Status::empty("spring")
+        };
+        assert_eq!(rate(&s.clone().halted()), "43/s");
+        s.paused = Some(crate::store::campaigns::Pause {
+            at: Utc::now(),
+            by: "ops".into(),
+            reason: None,
+        });
+        let s = s.halted();
+        assert_eq!(rate(&s), "—");
+        assert_eq!(eta(&s), "none: not sending, waits for `resume`");
+    }
 
     #[test]
     fn typed_text_that_may_be_an_address_is_never_shown() {

@@ -400,8 +400,11 @@ async fn status_json_shows_counts_rate_eta_and_failure_reasons(pool: PgPool) {
     assert_eq!(v["counts"]["opted_out"], 10);
     assert_eq!(v["remaining"], 0);
     assert_eq!(v["done"], true);
-    assert_eq!(v["eta_s"], 0.0);
-    assert!(v["rate_per_s"].as_f64().unwrap() > 0.0, "{v}");
+    // Finished: no current rate, no ETA, and what it waits for instead.
+    assert_eq!(v["eta_s"], serde_json::Value::Null, "{v}");
+    assert_eq!(v["rate_per_s"], 0.0, "{v}");
+    assert_eq!(v["waits_for"], "nothing: it is done", "{v}");
+    assert!(v["sent_last_minute"].as_i64().unwrap() > 0, "{v}");
     assert_eq!(v["failures"][0]["status"], 422);
     assert_eq!(v["failures"][0]["class"], "rejected");
     assert_eq!(v["failures"][0]["count"], 2);

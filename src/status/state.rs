@@ -1,6 +1,6 @@
 //! Where a campaign stands, in one word and its detail: what the status page's badge and
-//! banner say. Derived from a [`Status`] alone (pure), so the page says nothing `status`
-//! cannot.
+//! banner say, and whether it has a current rate at all. Derived from a [`Status`] alone
+//! (pure), so the page says nothing `status` cannot.
 
 use chrono::{DateTime, Utc};
 
@@ -102,6 +102,19 @@ impl State {
             State::OutsideWindow { .. } | State::Waiting => 2,
             State::Done => 3,
             State::Archived { .. } => 4,
+        }
+    }
+
+    /// What a campaign that is not sending waits for, in a few words (`None`: it sends, or
+    /// waits for nothing but a pod). Such a campaign has no current rate and no ETA at one.
+    pub fn waits_for(&self) -> Option<&'static str> {
+        match self {
+            State::Archived { .. } | State::Done => Some("nothing: it is done"),
+            State::Paused { .. } => Some("`resume`"),
+            State::Refused { .. } => Some("the account's refusal to be fixed, then `resume`"),
+            State::AtQuota { .. } => Some("its quota to free"),
+            State::OutsideWindow { .. } => Some("its send window to open"),
+            State::Sending | State::Waiting => None,
         }
     }
 
