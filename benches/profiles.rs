@@ -33,12 +33,16 @@ fn profiles() -> Vec<(&'static str, Box<dyn Profile>, &'static [u8])> {
         ),
         (
             "sendgrid",
-            Box::new(sendgrid::SendGrid { api_key: key() }),
+            Box::new(sendgrid::SendGrid {
+                api_key: key(),
+                subscription_tracking: false,
+            }),
             b"",
         ),
         (
             "ses",
             Box::new(ses::Ses {
+                list_management: None,
                 region: "eu-west-1".into(),
                 host: "email.eu-west-1.amazonaws.com".into(),
                 credentials: Arc::new(Source::Static(AwsKeys {
@@ -82,12 +86,19 @@ fn request_and_answer(c: &mut Criterion) {
         "x-message-id",
         HeaderValue::from_static("14c5d75ce93.dfd.64b469"),
     );
+    let links = campaign_sender::unsubscribe::Links::new(
+        "https://mail.example.com",
+        campaign_sender::unsubscribe::Signer::new("0123456789abcdef0123456789abcdef").unwrap(),
+        None,
+    );
     let mut group = c.benchmark_group("profile");
     for (name, profile, body) in profiles() {
         group.bench_function(name, |b| {
             let mut member_id = 0i64;
             b.iter(|| {
                 member_id += 1;
+                // LIST_UNSUBSCRIBE=ours, the default: every mail's link is signed here.
+                let link = links.for_member("spring-2026", member_id);
                 let mail = Mail {
                     campaign_id: "spring-2026",
                     member_id,
@@ -96,6 +107,7 @@ fn request_and_answer(c: &mut Criterion) {
                     reply_to: None,
                     template: "spring",
                     data: Some(data),
+                    unsubscribe: Some(&link),
                 };
                 let now = SystemTime::now();
                 let out = profile.request(black_box(&mail), now).expect("built");

@@ -89,8 +89,9 @@ GRANT SELECT, INSERT ON provider_events TO campaign_sender_events;
 GRANT SELECT, INSERT, DELETE, UPDATE (event_id) ON webhook_tokens TO campaign_sender_events;
 GRANT SELECT, INSERT ON suppressions TO campaign_sender_events;
 GRANT SELECT ON campaign_targets TO campaign_sender_events;
+-- opted_out_at: a one-click unsubscribe (`/unsubscribe/{token}`) opts its row out at once.
 GRANT UPDATE (state, lease_until, claim_id, updated_at, started_at, unknown_since,
-              provider_message_id)
+              provider_message_id, opted_out_at)
     ON campaign_targets TO campaign_sender_events;
 GRANT SELECT ON _sqlx_migrations TO campaign_sender_events;
 

@@ -23,6 +23,8 @@
 //! - [`config`]: typed environment configuration, defaults, validation (exit 78), secrets;
 //! - [`campaign_id`]: the one alphabet of campaign ids (they travel in headers and tags);
 //! - [`mailbox`]: the sender and reply-to, exactly one RFC 5322 mailbox each;
+//! - [`unsubscribe`]: one-click unsubscribe (RFC 8058) with our links: the signed token, the
+//!   headers' values (the senders add them, `events` honours them);
 //! - [`exit`]: exit codes and the one rule from how a run stopped to its code;
 //! - [`report`]: per-process counters and the run report;
 //! - [`metrics`]: Prometheus metric names and the exporter;
@@ -59,6 +61,7 @@ pub mod status;
 pub mod store;
 pub mod telemetry;
 pub mod text_enum;
+pub mod unsubscribe;
 pub mod web;
 pub mod window;
 pub mod worker;

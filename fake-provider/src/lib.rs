@@ -466,6 +466,9 @@ impl FakeProvider {
         }
         inner.delivered_keys.insert(key.clone(), arrived);
         inner.stats.delivered += 1;
+        if !req.one_click {
+            inner.stats.delivered_without_one_click += 1;
+        }
         let n = inner.stats.delivered;
         let rec = inner
             .by_member

@@ -22,6 +22,10 @@ pub struct Stats {
     /// Requests in flight right now.
     #[serde(default)]
     pub in_flight: u64,
+    /// Mails delivered without RFC 8058 one-click unsubscribe as their vendor takes it (an
+    /// HTTP(S) `List-Unsubscribe` and `List-Unsubscribe-Post: List-Unsubscribe=One-Click`).
+    #[serde(default)]
+    pub delivered_without_one_click: u64,
     /// Answers forced by `POST /chaos`.
     #[serde(default)]
     pub chaos_429: u64,

@@ -33,6 +33,8 @@ pub struct Mail {
     pub to: String,
     pub member_id: i64,
     pub template: String,
+    /// Whether it carries one-click unsubscribe where the vendor takes headers.
+    pub one_click: bool,
 }
 
 /// A request the vendor refuses before it gets to the mail: the answer, and what it counts as.
@@ -178,7 +180,33 @@ impl Contract {
             to,
             member_id,
             template,
+            one_click: self.one_click(fields),
         })
+    }
+
+    /// Whether the request carries both RFC 8058 headers where this vendor takes headers: an
+    /// object (our contract, SendGrid's personalization, Resend), a `{Name, Value}` list (SES's
+    /// template, Postmark) or `h:` form fields (Mailgun).
+    fn one_click(self, fields: &Value) -> bool {
+        let named = |list: &Value, name: &str| {
+            list.as_array()?
+                .iter()
+                .find(|h| h["Name"] == name)
+                .and_then(|h| h["Value"].as_str().map(str::to_string))
+        };
+        let get = |name: &str| -> Option<String> {
+            let s = |v: &Value| v.as_str().map(str::to_string);
+            match self {
+                Contract::Json => s(&fields["headers"][name]),
+                Contract::Sendgrid => s(&fields["personalizations"][0]["headers"][name]),
+                Contract::Ses => named(&fields["Content"]["Template"]["Headers"], name),
+                Contract::Postmark => named(&fields["Headers"], name),
+                Contract::Mailgun => s(&fields[format!("h:{name}")]),
+                Contract::Resend => s(&fields["headers"][name]),
+            }
+        };
+        get("List-Unsubscribe").is_some_and(|v| v.starts_with("<http"))
+            && get("List-Unsubscribe-Post").as_deref() == Some("List-Unsubscribe=One-Click")
     }
 
     /// The vendor's success answer, with a message id made from `n`.

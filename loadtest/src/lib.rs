@@ -263,6 +263,7 @@ pub fn provider_args(
 pub fn vendor_env(provider: &str, base: &str) -> anyhow::Result<Vec<(String, String)>> {
     let base = base.trim_end_matches('/');
     let mut env: Vec<(&str, String)> = vec![("MAIL_PROVIDER", provider.to_string())];
+    env.extend(ONE_CLICK_ENV.map(|(k, v)| (k, v.to_string())));
     match provider {
         "json" => env.push(("MAIL_URL", format!("{base}/v1/send"))),
         "sendgrid" | "postmark" | "mailgun" | "resend" | "ses" => {
@@ -283,6 +284,23 @@ pub fn vendor_env(provider: &str, base: &str) -> anyhow::Result<Vec<(String, Str
         _ => {}
     }
     Ok(env.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+}
+
+/// Our one-click links (`LIST_UNSUBSCRIBE=ours`, the default) as every harness's workers make
+/// them: a loopback base (no `events` runs in a load run: the links only travel in the mails)
+/// and a stand-in secret, never a real one.
+pub const ONE_CLICK_ENV: [(&str, &str); 2] = [
+    ("UNSUBSCRIBE_BASE_URL", "http://127.0.0.1:9/"),
+    ("UNSUBSCRIBE_SECRET", "loadtest-one-click-secret-not-real"),
+];
+
+/// A Job's UID (`JOB_UID`) for a harness's Job named `job`: a UUID made from the name, so every
+/// pod of that Job shares one time budget, as the Job controller's pods do.
+pub fn job_uid(job: &str) -> String {
+    let h = job.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    });
+    format!("00000000-0000-4000-8000-{:012x}", h & 0xffff_ffff_ffff)
 }
 
 /// What a vendor's mail needs of the campaign: a sender (harmless for the JSON contract).

@@ -44,6 +44,10 @@ pub struct EventsConfig {
     /// wait in the kernel's backlog.
     #[serde(default = "default_max_connections")]
     pub events_max_connections: u64,
+    /// `UNSUBSCRIBE_SECRET` (default unset): the senders' secret of the one-click unsubscribe
+    /// links (`LIST_UNSUBSCRIBE=ours`); with it, `/unsubscribe/{token}` is served.
+    #[serde(default)]
+    pub unsubscribe_secret: Option<Secret>,
     /// `SENDGRID_WEBHOOK_PUBLIC_KEY`: the Signed Event Webhook's verification key, base64 DER.
     #[serde(default)]
     pub sendgrid_webhook_public_key: Option<Secret>,
@@ -136,11 +140,12 @@ impl FromEnv for EventsConfig {
             && l.mailgun.is_none()
             && l.postmark.is_none()
             && l.sns.is_none()
+            && l.one_click.is_none()
         {
             return Err(ConfigError::new(
                 "SENDGRID_WEBHOOK_PUBLIC_KEY",
                 "no vendor is configured: set the webhook secret of yours (SENDGRID_WEBHOOK_PUBLIC_KEY, \
-                 SNS_TOPIC_ARNS, POSTMARK_WEBHOOK_USER/PASSWORD, MAILGUN_WEBHOOK_SIGNING_KEY or RESEND_WEBHOOK_SECRET)",
+                 SNS_TOPIC_ARNS, POSTMARK_WEBHOOK_USER/PASSWORD, MAILGUN_WEBHOOK_SIGNING_KEY or RESEND_WEBHOOK_SECRET), or UNSUBSCRIBE_SECRET for one-click unsubscribes",
             ));
         }
         Ok(())
@@ -228,6 +233,12 @@ impl EventsConfig {
                 self.read_timeout(),
             ),
             db_timeout: Duration::from_millis(self.events_db_timeout_ms),
+            one_click: self
+                .unsubscribe_secret
+                .as_ref()
+                .map(|s| crate::unsubscribe::Signer::new(s.expose()))
+                .transpose()
+                .map_err(|p| ConfigError::new("UNSUBSCRIBE_SECRET", p))?,
         })
     }
 

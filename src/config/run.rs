@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::{at_most, positive, worker_id_problem, ConfigError, FromEnv, Secret, MAX_RATE_PER_S};
 use crate::outcome::{Refusals, RetryPolicy};
 use crate::provider::Kind;
+use crate::unsubscribe::{Links, Mode, Signer};
 
 /// What `campaign-sender run` needs besides the database.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -63,6 +64,27 @@ pub struct RunConfig {
     /// event destination is what reports bounces, complaints and deliveries back.
     #[serde(default)]
     pub ses_configuration_set: Option<String>,
+    /// `LIST_UNSUBSCRIBE` (default `ours`): whose RFC 8058 one-click unsubscribe every mail
+    /// carries — `ours`, `vendor` or `none` ([`crate::unsubscribe::Mode`]).
+    #[serde(default)]
+    pub list_unsubscribe: Mode,
+    /// `UNSUBSCRIBE_BASE_URL` (required with `ours`): the public HTTPS origin (and path prefix)
+    /// where `events` answers `/unsubscribe/{token}`; `http://` only to a loopback host.
+    #[serde(default)]
+    pub unsubscribe_base_url: Option<String>,
+    /// `UNSUBSCRIBE_SECRET` (required with `ours`): one or more secrets, comma-separated, each
+    /// at least 16 bytes; the first signs, all verify (rotation without breaking sent links).
+    #[serde(default)]
+    pub unsubscribe_secret: Option<Secret>,
+    /// `UNSUBSCRIBE_MAILTO` (default unset): an address added as `<mailto:…>` after our link.
+    #[serde(default)]
+    pub unsubscribe_mailto: Option<String>,
+    /// `SES_CONTACT_LIST` (required with `ses` and `LIST_UNSUBSCRIBE=vendor`) and
+    /// `SES_CONTACT_TOPIC` (optional): SES list management's contact list and topic.
+    #[serde(default)]
+    pub ses_contact_list: Option<String>,
+    #[serde(default)]
+    pub ses_contact_topic: Option<String>,
     /// `MAIL_CA_FILE` (default unset: the public web roots only): a PEM file of CA
     /// certificates trusted for `MAIL_URL` besides the built-in public roots, for an endpoint
     /// behind a private CA (a staging fake provider, an egress proxy that re-signs TLS). Names
@@ -330,11 +352,13 @@ impl RunConfig {
         )
     }
 
-    /// A config with every default, for tests and tools that build one in code.
+    /// A config with every default, for tests and tools that build one in code, but
+    /// `LIST_UNSUBSCRIBE=none` (our links' base URL and secret have no default).
     pub fn with_defaults(campaign_id: &str, mail_url: &str) -> Self {
         let vars = [
             ("CAMPAIGN_ID".to_string(), campaign_id.to_string()),
             ("MAIL_URL".to_string(), mail_url.to_string()),
+            ("LIST_UNSUBSCRIBE".to_string(), "none".to_string()),
         ];
         Self::from_vars(vars).expect("defaults are valid")
     }
@@ -386,6 +410,7 @@ impl RunConfig {
             ));
         }
         crate::provider::profile(self)?;
+        self.validate_unsubscribe()?;
         positive("CONNECT_TIMEOUT_MS", self.connect_timeout_ms)?;
         positive("READ_TIMEOUT_MS", self.read_timeout_ms)
     }
@@ -414,6 +439,76 @@ impl RunConfig {
             worker_id_problem(name).map_or(Ok(()), |p| Err(ConfigError::new("JOB_NAME", p)))?;
         }
         Ok(())
+    }
+
+    /// `LIST_UNSUBSCRIBE` and what its mode needs: our links' settings for `ours`, a vendor
+    /// that manages unsubscribes for `vendor` (and SES's contact list).
+    fn validate_unsubscribe(&self) -> Result<(), ConfigError> {
+        match self.list_unsubscribe {
+            Mode::Ours => self.links().map(|_| ()),
+            Mode::None => Ok(()),
+            Mode::Vendor => match self.mail_provider {
+                Kind::Json | Kind::Resend => Err(ConfigError::new(
+                    "LIST_UNSUBSCRIBE",
+                    format!(
+                        "is vendor, but MAIL_PROVIDER={} has no managed one-click unsubscribe; use ours",
+                        self.mail_provider.as_str()
+                    ),
+                )),
+                Kind::Ses if self.ses_contact_list.as_deref().is_none_or(str::is_empty) => {
+                    Err(ConfigError::new(
+                        "SES_CONTACT_LIST",
+                        "is required with MAIL_PROVIDER=ses and LIST_UNSUBSCRIBE=vendor (SES list management's contact list)",
+                    ))
+                }
+                _ => Ok(()),
+            },
+        }
+    }
+
+    /// Our one-click links (`LIST_UNSUBSCRIBE=ours`), from their settings; `None` in the other
+    /// modes. A missing or unusable setting names its variable.
+    pub fn links(&self) -> Result<Option<Links>, ConfigError> {
+        if self.list_unsubscribe != Mode::Ours {
+            return Ok(None);
+        }
+        let why = "is required with LIST_UNSUBSCRIBE=ours (the default); or set LIST_UNSUBSCRIBE=vendor, or none for mail that is not bulk marketing";
+        let base = self
+            .unsubscribe_base_url
+            .as_deref()
+            .ok_or_else(|| ConfigError::new("UNSUBSCRIBE_BASE_URL", why))?;
+        let url = reqwest::Url::parse(base)
+            .map_err(|e| ConfigError::new("UNSUBSCRIBE_BASE_URL", format!("is not a URL ({e})")))?;
+        let loopback = matches!(url.host_str(), Some("127.0.0.1" | "localhost" | "[::1]"));
+        if !(url.scheme() == "https" || url.scheme() == "http" && loopback)
+            || url.query().is_some()
+            || url.fragment().is_some()
+            || !url.username().is_empty()
+        {
+            return Err(ConfigError::new(
+                "UNSUBSCRIBE_BASE_URL",
+                "must be an https:// origin (and path prefix) where `events` is reached, without query or credentials (RFC 8058 needs HTTPS)",
+            ));
+        }
+        let secret = self
+            .unsubscribe_secret
+            .as_ref()
+            .ok_or_else(|| ConfigError::new("UNSUBSCRIBE_SECRET", why))?;
+        let signer =
+            Signer::new(secret.expose()).map_err(|p| ConfigError::new("UNSUBSCRIBE_SECRET", p))?;
+        if let Some(m) = &self.unsubscribe_mailto {
+            if !crate::outcome::plausible_email(Some(m)) || m.contains(['<', '>', '?', ',']) {
+                return Err(ConfigError::new(
+                    "UNSUBSCRIBE_MAILTO",
+                    "is not a plain address (the value is not shown)",
+                ));
+            }
+        }
+        Ok(Some(Links::new(
+            url.as_str(),
+            signer,
+            self.unsubscribe_mailto.clone(),
+        )))
     }
 
     fn validate_sizes(&self) -> Result<(), ConfigError> {

@@ -8,6 +8,8 @@ fn vars(extra: &[(&str, &str)]) -> Vec<(String, String)> {
     let mut v: Vec<(String, String)> = [
         ("CAMPAIGN_ID", "c1"),
         ("MAIL_URL", "http://127.0.0.1:1/send"),
+        ("UNSUBSCRIBE_BASE_URL", "https://mail.example.com"),
+        ("UNSUBSCRIBE_SECRET", "0123456789abcdef0123456789abcdef"),
     ]
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))

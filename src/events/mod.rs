@@ -7,6 +7,7 @@
 //!   [`resend`] (Svix HMAC), [`mailgun`] (HMAC of timestamp + token), [`postmark`] (basic auth),
 //!   [`sns`] (SES through SNS: RSA with the certificate from `SigningCertURL`, the topic pinned,
 //!   the subscription handshake);
+//! - [`one_click`]: `/unsubscribe/{token}`, one-click unsubscribe (RFC 8058) with our links;
 //! - [`server`]: the HTTP server (`POST /events/{vendor}`, `GET /healthz`), its bounds and its
 //!   answers: 2xx only after the commit, 401/403 for a request that does not authenticate
 //!   (nothing stored, no body logged), 413 over the size bound, 503 when the database does not
@@ -14,6 +15,7 @@
 
 pub mod event;
 pub mod mailgun;
+pub mod one_click;
 pub mod postmark;
 pub mod resend;
 pub mod sendgrid;

@@ -52,6 +52,9 @@ pub struct Listeners {
     pub bodies: Budget,
     /// `EVENTS_DB_TIMEOUT_MS`: how long a request waits for the database before 503.
     pub db_timeout: Duration,
+    /// `UNSUBSCRIBE_SECRET`: one-click unsubscribes with our links are honoured
+    /// (`/unsubscribe/{token}`, [`super::one_click`]); 404 there without it.
+    pub one_click: Option<crate::unsubscribe::Signer>,
 }
 
 struct App {
@@ -61,11 +64,30 @@ struct App {
 
 /// The router, for `events` and for tests.
 pub fn router(pool: PgPool, listeners: Listeners) -> Router {
+    let one_click = listeners.one_click.clone().map(|signer| {
+        Arc::new(super::one_click::OneClick {
+            signer,
+            pool: pool.clone(),
+            bodies: listeners.bodies.clone(),
+            db_timeout: listeners.db_timeout,
+        })
+    });
     let app = Arc::new(App { pool, listeners });
-    Router::new()
+    let router = Router::new()
         .route("/events/{vendor}", post(receive))
         .route("/healthz", get(|| async { "ok" }))
-        .with_state(app)
+        .with_state(app);
+    match one_click {
+        Some(state) => router.merge(
+            Router::new()
+                .route(
+                    "/unsubscribe/{token}",
+                    get(super::one_click::confirm).post(super::one_click::one_click),
+                )
+                .with_state(state),
+        ),
+        None => router,
+    }
 }
 
 impl Listeners {

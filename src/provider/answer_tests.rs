@@ -75,6 +75,7 @@ fn now() -> SystemTime {
 #[test]
 fn sendgrid_answers_are_read_from_its_table() {
     let p = sendgrid::SendGrid {
+        subscription_tracking: false,
         api_key: Secret::new("k"),
     };
     let a = |s, h: &[(&str, &str)], b: &str| answer_of(&p, s, h, b, now());
@@ -284,6 +285,7 @@ fn resend_answers_are_read_from_its_table() {
 #[test]
 fn ses_answers_are_read_from_its_table() {
     let p = ses::Ses {
+        list_management: None,
         region: "us-east-1".into(),
         host: "email.us-east-1.amazonaws.com".into(),
         credentials: std::sync::Arc::new(aws::Source::Static(ses::AwsKeys {

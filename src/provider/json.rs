@@ -9,11 +9,10 @@
 use std::time::SystemTime;
 
 use serde::Serialize;
-use serde_json::{Map, Value};
 
 use super::answer;
 use super::idempotency_key;
-use super::profile::{Answer, Body, BuildError, Mail, Outgoing, Profile};
+use super::profile::{Answer, Body, BuildError, Data, HeaderObject, Mail, Outgoing, Profile};
 use crate::config::Secret;
 use crate::outcome::{classify, Attempt, Refusals};
 
@@ -22,14 +21,17 @@ pub struct Json {
     pub refusals: Refusals,
 }
 
-/// Our contract's body; `data` only when the row has template data.
+/// Our contract's body; `data` only when the row has template data or our one-click link
+/// (`unsubscribe_url`), `headers` (the two RFC 8058 headers) only with our link.
 #[derive(Serialize)]
 struct Request<'a> {
     to: &'a str,
     member_id: i64,
     template: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
-    data: Option<&'a Map<String, Value>>,
+    data: Option<Data<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    headers: Option<HeaderObject<'a>>,
 }
 
 impl Profile for Json {
@@ -43,7 +45,8 @@ impl Profile for Json {
             to: mail.to,
             member_id: mail.member_id,
             template: mail.template,
-            data: mail.data,
+            data: mail.has_data().then(|| mail.data()),
+            headers: mail.one_click().map(|h| h.as_object()),
         };
         let mut out = Outgoing::new("", Body::json(&body)).header(
             "Idempotency-Key",

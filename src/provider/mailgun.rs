@@ -47,6 +47,11 @@ impl Profile for Mailgun {
         if let Some(r) = mail.reply_to {
             form.push(("h:Reply-To", r.to_string()));
         }
+        if let Some(h) = mail.one_click() {
+            let [(_, list), (_, post)] = h.pairs();
+            form.push(("h:List-Unsubscribe", list.to_string()));
+            form.push(("h:List-Unsubscribe-Post", post.to_string()));
+        }
         let mut out = Outgoing::new(format!("/v3/{}/messages", self.domain), Body::Form(form))
             .header("Accept", "application/json");
         out.basic = Some(("api".to_string(), self.api_key.expose().to_string()));

@@ -27,6 +27,8 @@ pub mod aws;
 pub mod json;
 mod kind;
 pub mod mailgun;
+#[cfg(test)]
+mod one_click_tests;
 pub mod postmark;
 pub mod profile;
 pub mod resend;
@@ -61,6 +63,9 @@ pub fn profile(cfg: &RunConfig) -> Result<Arc<dyn Profile>, ConfigError> {
             )
         })
     };
+    // `LIST_UNSUBSCRIBE=vendor`: what turns the vendor's own on is in its request (SES,
+    // SendGrid) or in its account (Mailgun's unsubscribe tracking, a Postmark broadcast stream).
+    let vendor_managed = cfg.list_unsubscribe == crate::unsubscribe::Mode::Vendor;
     Ok(match cfg.mail_provider {
         Kind::Json => Arc::new(json::Json {
             api_key: cfg.mail_api_key.clone(),
@@ -68,6 +73,7 @@ pub fn profile(cfg: &RunConfig) -> Result<Arc<dyn Profile>, ConfigError> {
         }),
         Kind::Sendgrid => Arc::new(sendgrid::SendGrid {
             api_key: key("the API key, sent as Bearer")?,
+            subscription_tracking: vendor_managed,
         }),
         Kind::Postmark => Arc::new(postmark::Postmark {
             server_token: key("the server token")?,
@@ -89,6 +95,13 @@ pub fn profile(cfg: &RunConfig) -> Result<Arc<dyn Profile>, ConfigError> {
             host: host_of(&cfg.mail_base()?),
             credentials: Arc::new(cfg.aws_credentials()?),
             configuration_set: cfg.ses_configuration_set.clone(),
+            list_management: vendor_managed
+                .then(|| cfg.ses_contact_list.clone())
+                .flatten()
+                .map(|contact_list_name| ses::ListManagement {
+                    contact_list_name,
+                    topic_name: cfg.ses_contact_topic.clone(),
+                }),
         }),
     })
 }
@@ -103,6 +116,8 @@ pub struct Provider {
     base: reqwest::Url,
     profile: Arc<dyn Profile>,
     campaign_id: String,
+    /// `LIST_UNSUBSCRIBE=ours`: every mail's one-click link.
+    links: Option<crate::unsubscribe::Links>,
 }
 
 impl Provider {
@@ -136,6 +151,7 @@ impl Provider {
             base: cfg.mail_base()?,
             profile: profile(cfg)?,
             campaign_id: cfg.campaign_id.clone(),
+            links: cfg.links()?,
         })
     }
 
@@ -182,6 +198,10 @@ impl Provider {
                 .min(u.saturating_duration_since(tokio::time::Instant::now()))
                 .max(Duration::from_millis(1))
         });
+        let link = self
+            .links
+            .as_ref()
+            .map(|l| l.for_member(&self.campaign_id, member_id));
         let mail = Mail {
             campaign_id: &self.campaign_id,
             member_id,
@@ -190,6 +210,7 @@ impl Provider {
             reply_to: letter.reply_to.as_deref(),
             template: &letter.template,
             data,
+            unsubscribe: link.as_ref(),
         };
         if let Some(creds) = self.profile.aws_credentials() {
             if let Err(e) = creds.ensure_fresh(&self.client).await {

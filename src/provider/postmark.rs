@@ -21,7 +21,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::answer;
-use super::profile::{Answer, Body, BuildError, Data, Mail, Outgoing, Profile, Text};
+use super::profile::{Answer, Body, BuildError, Data, HeaderList, Mail, Outgoing, Profile, Text};
 use crate::config::Secret;
 use crate::outcome::{Attempt, Refusal};
 
@@ -53,6 +53,8 @@ struct Request<'a> {
     message_stream: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     reply_to: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    headers: Option<HeaderList<'a>>,
 }
 
 /// Our metadata, echoed as `Metadata` in every webhook.
@@ -79,6 +81,7 @@ impl Profile for Postmark {
             },
             message_stream: &self.message_stream,
             reply_to: mail.reply_to,
+            headers: mail.one_click().map(|h| h.as_name_value()),
         };
         Ok(Outgoing::new("/email/withTemplate", Body::json(&body))
             .header("Accept", "application/json")

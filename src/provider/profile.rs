@@ -11,6 +11,7 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Value};
 
 use crate::outcome::Attempt;
+use crate::unsubscribe::Link;
 
 /// One mail to one recipient, as every profile sees it. `to`, `data` and the addresses are
 /// personal data: they go into the request body and nowhere else.
@@ -27,6 +28,9 @@ pub struct Mail<'a> {
     pub template: &'a str,
     /// The recipient's template data: a flat object of strings (`import`'s extra columns).
     pub data: Option<&'a Map<String, Value>>,
+    /// With `LIST_UNSUBSCRIBE=ours`: this mail's one-click link, sent as the two RFC 8058
+    /// headers and as the template data's `unsubscribe_url` ([`crate::unsubscribe`]).
+    pub unsubscribe: Option<&'a Link>,
 }
 
 impl fmt::Debug for Mail<'_> {
@@ -41,9 +45,25 @@ impl fmt::Debug for Mail<'_> {
 }
 
 impl<'a> Mail<'a> {
-    /// The template data as a JSON object, `{}` when the row has none, serialized in place.
+    /// The template data as a JSON object, `{}` when the row has none, serialized in place;
+    /// with our one-click link, `unsubscribe_url` too (the body's visible link).
     pub fn data(&self) -> Data<'a> {
-        Data(self.data)
+        Data {
+            row: self.data,
+            unsubscribe_url: self.unsubscribe.map(|l| l.url.as_str()),
+        }
+    }
+
+    /// Whether the mail carries template data at all (the row's, or our link).
+    pub fn has_data(&self) -> bool {
+        self.data.is_some() || self.unsubscribe.is_some()
+    }
+
+    /// The RFC 8058 headers of our one-click link, if the mail has one.
+    pub fn one_click(&self) -> Option<OneClick<'a>> {
+        self.unsubscribe.map(|l| OneClick {
+            list_unsubscribe: l.header.as_str(),
+        })
     }
 
     /// The template data as a JSON string (SES's `TemplateData`, Mailgun's `t:variables`).
@@ -66,17 +86,94 @@ impl<'a> Mail<'a> {
     }
 }
 
-/// A row's template data in a request body: the object itself, or `{}`. Serialized from the
-/// row's map without copying it.
+/// A row's template data in a request body: the object itself, or `{}`, plus our
+/// `unsubscribe_url` (which wins over a column of that name). Serialized from the row's map
+/// without copying it.
 #[derive(Clone, Copy)]
-pub struct Data<'a>(Option<&'a Map<String, Value>>);
+pub struct Data<'a> {
+    row: Option<&'a Map<String, Value>>,
+    unsubscribe_url: Option<&'a str>,
+}
+
+/// The template variable our one-click link is given under, for the body's visible link.
+pub const UNSUBSCRIBE_URL: &str = "unsubscribe_url";
 
 impl Serialize for Data<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self.0 {
-            Some(map) => map.serialize(s),
-            None => s.serialize_map(Some(0))?.end(),
+        let ours = self.unsubscribe_url;
+        let row = self.row.into_iter().flatten();
+        let mut m = s.serialize_map(None)?;
+        for (k, v) in row.filter(|(k, _)| ours.is_none() || k.as_str() != UNSUBSCRIBE_URL) {
+            m.serialize_entry(k, v)?;
         }
+        if let Some(url) = ours {
+            m.serialize_entry(UNSUBSCRIBE_URL, url)?;
+        }
+        m.end()
+    }
+}
+
+/// The two headers of RFC 8058 one-click unsubscribe: `List-Unsubscribe` (our HTTPS link, a
+/// mailto after it if set) and `List-Unsubscribe-Post: List-Unsubscribe=One-Click`. Serialized
+/// as the vendors take headers: an object of name → value ([`OneClick::as_object`]) or a list
+/// of `{"Name", "Value"}` ([`OneClick::as_name_value`]).
+#[derive(Clone, Copy)]
+pub struct OneClick<'a> {
+    pub list_unsubscribe: &'a str,
+}
+
+impl<'a> OneClick<'a> {
+    pub const NAMES: [&'static str; 2] = ["List-Unsubscribe", "List-Unsubscribe-Post"];
+
+    /// (name, value), in the order RFC 8058 writes them.
+    pub fn pairs(self) -> [(&'static str, &'a str); 2] {
+        [
+            (Self::NAMES[0], self.list_unsubscribe),
+            (Self::NAMES[1], crate::unsubscribe::ONE_CLICK),
+        ]
+    }
+
+    /// `{"List-Unsubscribe": …, "List-Unsubscribe-Post": …}` (SendGrid, Resend, our contract).
+    pub fn as_object(self) -> HeaderObject<'a> {
+        HeaderObject(self)
+    }
+
+    /// `[{"Name": …, "Value": …}, …]` (SES v2, Postmark).
+    pub fn as_name_value(self) -> HeaderList<'a> {
+        HeaderList(self)
+    }
+}
+
+#[derive(Clone, Copy)]
+pub struct HeaderObject<'a>(OneClick<'a>);
+
+impl Serialize for HeaderObject<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(2))?;
+        for (k, v) in self.0.pairs() {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+#[derive(Clone, Copy)]
+pub struct HeaderList<'a>(OneClick<'a>);
+
+impl Serialize for HeaderList<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        #[derive(serde::Serialize)]
+        #[serde(rename_all = "PascalCase")]
+        struct NameValue<'a> {
+            name: &'a str,
+            value: &'a str,
+        }
+        let mut seq = s.serialize_seq(Some(2))?;
+        for (name, value) in self.0.pairs() {
+            seq.serialize_element(&NameValue { name, value })?;
+        }
+        seq.end()
     }
 }
 

@@ -22,7 +22,7 @@ use serde::Serialize;
 
 use super::answer;
 use super::idempotency_key;
-use super::profile::{Answer, Body, BuildError, Data, Mail, Outgoing, Profile, Text};
+use super::profile::{Answer, Body, BuildError, Data, HeaderObject, Mail, Outgoing, Profile, Text};
 use crate::config::Secret;
 use crate::outcome::{Attempt, ErrorClass};
 
@@ -41,6 +41,8 @@ struct Request<'a> {
     template: Template<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     reply_to: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    headers: Option<HeaderObject<'a>>,
 }
 
 /// One of our metadata, echoed as `data.tags` in every webhook.
@@ -67,6 +69,7 @@ impl Profile for Resend {
                 variables: mail.data(),
             },
             reply_to: mail.reply_to,
+            headers: mail.one_click().map(|h| h.as_object()),
         };
         Ok(Outgoing::new("/emails", Body::json(&body))
             .header("Authorization", format!("Bearer {}", self.api_key.expose()))

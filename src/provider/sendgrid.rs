@@ -22,7 +22,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::answer;
-use super::profile::{Answer, Body, BuildError, Data, Mail, Outgoing, Profile, Text};
+use super::profile::{Answer, Body, BuildError, Data, HeaderObject, Mail, Outgoing, Profile, Text};
 use crate::config::Secret;
 use crate::mailbox::Mailbox;
 use crate::outcome::Attempt;
@@ -31,6 +31,9 @@ pub const BASE: &str = "https://api.sendgrid.com";
 
 pub struct SendGrid {
     pub api_key: Secret,
+    /// `LIST_UNSUBSCRIBE=vendor`: subscription tracking on, so SendGrid adds its own one-click
+    /// `List-Unsubscribe` headers and footer link and manages the unsubscribes.
+    pub subscription_tracking: bool,
 }
 
 /// `POST /v3/mail/send`, as `@sendgrid/mail` sends it for a dynamic template.
@@ -43,12 +46,27 @@ struct Request<'a> {
     template_id: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     reply_to: Option<Address<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tracking_settings: Option<Tracking>,
 }
 
 #[derive(Serialize)]
 struct Personalization<'a> {
     to: [Address<'a>; 1],
     dynamic_template_data: Data<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    headers: Option<HeaderObject<'a>>,
+}
+
+/// `tracking_settings.subscription_tracking.enable` (`LIST_UNSUBSCRIBE=vendor`).
+#[derive(Serialize)]
+struct Tracking {
+    subscription_tracking: Enable,
+}
+
+#[derive(Serialize)]
+struct Enable {
+    enable: bool,
 }
 
 /// Our metadata, echoed by the event webhook as top-level fields of each event.
@@ -91,6 +109,7 @@ impl Profile for SendGrid {
                     name: None,
                 }],
                 dynamic_template_data: mail.data(),
+                headers: mail.one_click().map(|h| h.as_object()),
             }],
             categories: [format!("campaign-{}", mail.campaign_id)],
             custom_args: Tags {
@@ -99,6 +118,9 @@ impl Profile for SendGrid {
             },
             template_id: mail.template,
             reply_to: mail.reply_to.map(address),
+            tracking_settings: self.subscription_tracking.then_some(Tracking {
+                subscription_tracking: Enable { enable: true },
+            }),
         };
         Ok(Outgoing::new("/v3/mail/send", Body::json(&body))
             .header("Accept", "application/json")

@@ -31,7 +31,7 @@ use std::sync::Arc;
 
 use super::answer;
 use super::aws::Source;
-use super::profile::{Answer, Body, BuildError, Mail, Outgoing, Profile, Text};
+use super::profile::{Answer, Body, BuildError, HeaderList, Mail, Outgoing, Profile, Text};
 use crate::config::Secret;
 use crate::outcome::{Attempt, Refusal};
 
@@ -58,6 +58,18 @@ pub struct Ses {
     /// The keys to sign with ([`super::aws`]: the environment's, or web identity's).
     pub credentials: Arc<Source>,
     pub configuration_set: Option<String>,
+    /// `LIST_UNSUBSCRIBE=vendor`: SES list management (`SES_CONTACT_LIST`, `SES_CONTACT_TOPIC`):
+    /// SES adds its own one-click headers and links, and blocks later sends to who left.
+    pub list_management: Option<ListManagement>,
+}
+
+/// `ListManagementOptions`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ListManagement {
+    pub contact_list_name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub topic_name: Option<String>,
 }
 
 /// `SendEmail`'s body, as `@aws-sdk/client-sesv2` sends it for a stored template.
@@ -72,6 +84,8 @@ struct Request<'a> {
     configuration_set_name: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     reply_to_addresses: Option<[&'a str; 1]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    list_management_options: Option<&'a ListManagement>,
 }
 
 #[derive(Serialize)]
@@ -89,6 +103,8 @@ struct Template<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     template_arn: Option<&'a str>,
     template_data: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    headers: Option<HeaderList<'a>>,
 }
 
 #[derive(Serialize)]
@@ -114,6 +130,7 @@ impl Ses {
                     template_name: (!arn).then_some(mail.template),
                     template_arn: arn.then_some(mail.template),
                     template_data: mail.data_text(),
+                    headers: mail.one_click().map(|h| h.as_name_value()),
                 },
             },
             from_email_address: mail.from.unwrap_or_default(),
@@ -123,6 +140,7 @@ impl Ses {
             email_tags: mail.tags().map(|(name, value)| Tag { name, value }),
             configuration_set_name: self.configuration_set.as_deref(),
             reply_to_addresses: mail.reply_to.map(|r| [r]),
+            list_management_options: self.list_management.as_ref(),
         })
     }
 

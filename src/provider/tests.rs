@@ -22,6 +22,7 @@ fn mail<'a>(template: &'a str, data: &'a serde_json::Map<String, Value>) -> Mail
         reply_to: None,
         template,
         data: Some(data),
+        unsubscribe: None,
     }
 }
 
@@ -111,6 +112,7 @@ fn json_of(out: &Outgoing) -> Value {
 fn sendgrid_asks_as_its_sdk_does() {
     let sdk = Captured::load("sendgrid");
     let p = sendgrid::SendGrid {
+        subscription_tracking: false,
         api_key: Secret::new("SG.test-key"),
     };
     let out = ours(&p, "d-spring");
@@ -210,6 +212,7 @@ fn a_form_value_reaches_the_vendor_whole_whatever_it_holds() {
 fn ses_asks_as_its_sdk_does_and_its_signature_holds_for_an_independent_checker() {
     let sdk = Captured::load("ses");
     let p = ses::Ses {
+        list_management: None,
         region: "us-east-1".into(),
         host: "127.0.0.1:8025".into(),
         credentials: std::sync::Arc::new(aws::Source::Static(ses::AwsKeys {
@@ -306,6 +309,7 @@ fn a_sender_with_a_name_and_a_reply_to_travel_in_each_vendors_fields() {
     };
     let now = SystemTime::now();
     let sg = sendgrid::SendGrid {
+        subscription_tracking: false,
         api_key: Secret::new("k"),
     };
     let b = json_of(&sg.request(&m, now).unwrap());
@@ -412,6 +416,7 @@ fn a_mail_and_a_request_print_neither_the_address_nor_the_data_nor_the_key() {
     );
     assert!(!shown.contains("Ann"), "{shown}");
     let p = sendgrid::SendGrid {
+        subscription_tracking: false,
         api_key: Secret::new("SG.very-secret"),
     };
     let shown = format!("{:?}", p.request(&m, SystemTime::now()).unwrap());
@@ -481,6 +486,7 @@ fn sts_keys_are_read_with_their_expiry_and_replaced_five_minutes_before_it() {
 #[test]
 fn ses_signs_with_web_identity_keys_once_held_and_hands_them_to_the_client_to_refresh() {
     let ses = ses::Ses {
+        list_management: None,
         region: "eu-west-1".into(),
         host: "email.eu-west-1.amazonaws.com".into(),
         credentials: std::sync::Arc::new(aws::Source::WebIdentity(aws::WebIdentity::new(

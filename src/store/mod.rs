@@ -6,6 +6,7 @@
 //! - [`campaigns`]: `campaigns`, the optional settings row (template, budget, send window) and
 //!   the fleet-wide kill switch;
 //! - [`budgets`]: `job_budgets`, one time budget per Job object;
+//! - [`one_click`]: a one-click unsubscribe: the row opted out, its address listed, counted;
 //! - [`rate`]: `rate_limits`, `rate_pods` and `rate_usage`, the fleet-wide rate limit's rounds;
 //! - [`account`]: the same tables as operators see and steer them (members, refusals, a live
 //!   limit, the daily quota's use);
@@ -34,6 +35,7 @@ pub mod events;
 pub mod failed;
 pub mod history;
 pub mod import;
+pub mod one_click;
 pub mod outage;
 pub mod rate;
 pub mod roles;

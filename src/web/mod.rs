@@ -8,7 +8,7 @@
 //!   in.
 //!
 //! [`board`] reads the database in the background and the pages are drawn from its last read
-//! ([`page`], [`chart`], [`state`]). Every answer carries [`SECURITY_HEADERS`]; an unknown
+//! ([`page`], [`chart`]; where a campaign stands is [`crate::status::state`]). Every answer carries [`SECURITY_HEADERS`]; an unknown
 //! campaign is a 404 page, a database that does not answer a 503 page that says so; nothing
 //! shows a stack trace. With `WEB_BASIC_AUTH_FILE` set every path but `/healthz` needs a login.
 

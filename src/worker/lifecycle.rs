@@ -200,7 +200,11 @@ impl Worker {
             // Its time is up already (the window is closed, the deadline passed): claim nothing.
             Err(reason) => return Ok(report(reason, start.counts.clone())),
         };
-        info!(worker = %self.name, campaign = %self.store.campaign_id(), total = start.counts.total, "run started");
+        info!(worker = %self.name, campaign = %self.store.campaign_id(), total = start.counts.total,
+              list_unsubscribe = self.cfg.list_unsubscribe.as_str(), "run started");
+        if self.cfg.list_unsubscribe == crate::unsubscribe::Mode::None {
+            warn!(worker = %self.name, "LIST_UNSUBSCRIBE=none: mails carry no one-click unsubscribe; only for mail that is not bulk marketing (Gmail and Yahoo require it of bulk senders)");
+        }
         let letter = Arc::new(start.settings.letter());
         let mut p = Pipeline::new(self, letter, cancel, false, start.failure_budget);
         p.requests_end = end.map(|e| e.at + REQUEST_GRACE);

@@ -187,6 +187,8 @@ pub fn config(url: &str) -> RunConfig {
         ("IDLE_POLL_MS", "50"),
         ("DEADLINE_S", "120"),
         ("WORKER_ID", "test-worker"),
+        ONE_CLICK[0],
+        ONE_CLICK[1],
     ]
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -294,7 +296,15 @@ pub async fn operator_url(pool: &PgPool) -> String {
     role_url(pool, OPERATOR_ROLE).await
 }
 
-/// A `campaign-sender` process with test-speed settings plus `env`.
+/// Our one-click links' settings (`LIST_UNSUBSCRIBE=ours`, the default) in every test: a
+/// loopback base and a test-only secret.
+pub const ONE_CLICK: [(&str, &str); 2] = [
+    ("UNSUBSCRIBE_BASE_URL", "http://127.0.0.1:9/"),
+    ("UNSUBSCRIBE_SECRET", "test-one-click-secret-0123456789"),
+];
+
+/// A `campaign-sender` process with test-speed settings plus `env` (for `run` and `serve`, our
+/// one-click links' settings unless `env` names them).
 pub fn spawn_sender(args: &[&str], db_url: &str, env: &[(&str, &str)]) -> tokio::process::Child {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_campaign-sender"));
     cmd.args(args)
@@ -307,6 +317,12 @@ pub fn spawn_sender(args: &[&str], db_url: &str, env: &[(&str, &str)]) -> tokio:
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
+    let sender = matches!(args.first(), Some(&"run" | &"serve"));
+    for (k, v) in ONE_CLICK.into_iter().filter(|_| sender) {
+        if !env.iter().any(|(given, _)| *given == k) {
+            cmd.env(k, v);
+        }
+    }
     for (k, v) in env {
         cmd.env(k, v);
     }

@@ -23,6 +23,7 @@ mod manifests;
 mod manifests_servers;
 mod migrate;
 mod mistakes;
+mod one_click;
 mod operator;
 mod rate;
 mod security;

@@ -8,6 +8,8 @@ use std::path::Path;
 use campaign_sender::config::known_variables;
 use campaign_sender::exit;
 use campaign_sender::metrics;
+
+use crate::helpers::ONE_CLICK;
 use campaign_sender::rate::LEAVE_TIMEOUT;
 use campaign_sender::worker::WRITES_AFTER_REQUESTS;
 use serde_yaml::Value;
@@ -116,6 +118,8 @@ fn every_configmap_key_is_a_variable_the_binary_reads() {
         })
         .collect();
     vars.push(("DATABASE_URL".into(), "postgres://u@h/db".into()));
+    // The Secret's part of our one-click links (the ConfigMap holds the public base URL).
+    vars.push(("UNSUBSCRIBE_SECRET".into(), ONE_CLICK[1].1.into()));
     use campaign_sender::config::{DbConfig, FromEnv, RunConfig};
     RunConfig::from_vars(vars.clone()).expect("ConfigMap is valid");
     DbConfig::from_vars(vars).expect("ConfigMap is valid");

@@ -26,7 +26,13 @@ fn container_env(c: &serde_yaml::Value, secret: &str) -> BTreeMap<String, serde_
                 .any(|w| name.contains(w))
         {
             assert!(e["value"].is_null(), "{name} must come from the Secret");
-            assert_eq!(e["valueFrom"]["secretKeyRef"]["name"], secret, "{name}");
+            // The one-click links' secret is the senders' own: one Secret gives it to both.
+            let from = if name == "UNSUBSCRIBE_SECRET" {
+                "campaign-sender"
+            } else {
+                secret
+            };
+            assert_eq!(e["valueFrom"]["secretKeyRef"]["name"], from, "{name}");
         }
         env.insert(name.to_string(), e.clone());
     }

@@ -99,6 +99,8 @@ fn ses_config(url: &str, key: &str, secret: &str) -> RunConfig {
         ("DEADLINE_S", "60"),
         ("IDLE_POLL_MS", "50"),
         ("WORKER_ID", "ses-worker"),
+        ONE_CLICK[0],
+        ONE_CLICK[1],
     ];
     RunConfig::from_vars(vars.iter().map(|(k, v)| (k.to_string(), v.to_string()))).unwrap()
 }

@@ -60,6 +60,8 @@ fn vendor_config(provider: &str, base: &str, extra: &[(&str, &str)]) -> RunConfi
         ("IDLE_POLL_MS", "50"),
         ("DEADLINE_S", "60"),
         ("WORKER_ID", "test-worker"),
+        ONE_CLICK[0],
+        ONE_CLICK[1],
     ]
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -147,6 +149,8 @@ async fn every_vendor_drains_through_faults_and_its_own_429s_mailing_nobody_twic
         assert_eq!(s.unauthorized, 0, "{vendor}: auth refused: {s:?}");
         assert_eq!(s.members_delivered_more_than_once, 0, "{vendor}: {s:?}");
         assert_eq!(s.delivered, 300, "{vendor}: {s:?}");
+        // LIST_UNSUBSCRIBE=ours, the default: every mail carried one-click unsubscribe.
+        assert_eq!(s.delivered_without_one_click, 0, "{vendor}: {s:?}");
         assert_eq!(states(&pool).await.get("sent"), Some(&300), "{vendor}");
         let ids: i64 = sqlx::query_scalar(
             "SELECT count(DISTINCT provider_message_id) FROM campaign_targets WHERE campaign_id = $1",
@@ -314,23 +318,26 @@ async fn the_csvs_extra_columns_reach_the_vendor_as_template_data(pool: PgPool) 
     let report = run_to_end(&pool, vendor_config("sendgrid", &base, &[])).await;
     assert_eq!(report.stats.sent, 3, "{report:?}");
     let bodies = r.bodies.lock().unwrap();
-    let by_member: std::collections::HashMap<&str, &Value> = bodies
+    // Each row's columns, and our one-click link for the body's visible unsubscribe link.
+    let by_member: std::collections::HashMap<&str, Value> = bodies
         .iter()
         .map(|b| {
-            (
-                b["custom_args"]["member_id"].as_str().unwrap(),
-                &b["personalizations"][0]["dynamic_template_data"],
-            )
+            let mut data = b["personalizations"][0]["dynamic_template_data"].clone();
+            let link = data.as_object_mut().unwrap().remove("unsubscribe_url");
+            assert!(
+                link.as_ref()
+                    .and_then(Value::as_str)
+                    .is_some_and(|l| l.contains("/unsubscribe/")),
+                "{b}"
+            );
+            (b["custom_args"]["member_id"].as_str().unwrap(), data)
         })
         .collect();
-    assert_eq!(
-        by_member["1"],
-        &json!({"first_name": "Ann", "plan": "gold"})
-    );
-    assert_eq!(by_member["2"], &json!({"first_name": "Bo", "plan": ""}));
+    assert_eq!(by_member["1"], json!({"first_name": "Ann", "plan": "gold"}));
+    assert_eq!(by_member["2"], json!({"first_name": "Bo", "plan": ""}));
     assert_eq!(
         by_member["3"],
-        &json!({"first_name": "Cy", "plan": "silver"})
+        json!({"first_name": "Cy", "plan": "silver"})
     );
     assert!(bodies
         .iter()
@@ -341,7 +348,7 @@ async fn the_csvs_extra_columns_reach_the_vendor_as_template_data(pool: PgPool) 
 fn a_missing_or_wrong_setting_for_the_chosen_vendor_names_its_variable() {
     let cfg = |vars: &[(&str, &str)]| {
         RunConfig::from_vars(
-            [("CAMPAIGN_ID", "c1")]
+            [("CAMPAIGN_ID", "c1"), ONE_CLICK[0], ONE_CLICK[1]]
                 .iter()
                 .chain(vars)
                 .map(|(k, v)| (k.to_string(), v.to_string())),
@@ -389,6 +396,50 @@ fn a_missing_or_wrong_setting_for_the_chosen_vendor_names_its_variable() {
     assert_eq!(ok.limit_key(), "email.eu-west-1.amazonaws.com");
     assert_eq!(ok.resend_within(), Duration::ZERO);
     assert!(!ok.retry_policy().resend_unknown);
+
+    // One-click unsubscribe: our links' settings, a vendor that manages its own, SES's list.
+    let json = [("MAIL_URL", "http://127.0.0.1:1/send")];
+    let bare = |extra: &[(&str, &str)]| {
+        RunConfig::from_vars(
+            [("CAMPAIGN_ID", "c1")]
+                .iter()
+                .chain(json.iter())
+                .chain(extra)
+                .map(|(k, v)| (k.to_string(), v.to_string())),
+        )
+    };
+    assert_eq!(bare(&[]).unwrap_err().var, "UNSUBSCRIBE_BASE_URL");
+    assert_eq!(bare(&[ONE_CLICK[0]]).unwrap_err().var, "UNSUBSCRIBE_SECRET");
+    let plain_http = [
+        ("UNSUBSCRIBE_BASE_URL", "http://events.example.com"),
+        ONE_CLICK[1],
+    ];
+    assert_eq!(bare(&plain_http).unwrap_err().var, "UNSUBSCRIBE_BASE_URL");
+    assert!(bare(&[("LIST_UNSUBSCRIBE", "none")]).is_ok());
+    assert_eq!(
+        bare(&[("LIST_UNSUBSCRIBE", "vendor")]).unwrap_err().var,
+        "LIST_UNSUBSCRIBE"
+    );
+    let resend = [
+        ("MAIL_PROVIDER", "resend"),
+        ("MAIL_API_KEY", "k"),
+        ("LIST_UNSUBSCRIBE", "vendor"),
+    ];
+    assert_eq!(cfg(&resend).unwrap_err().var, "LIST_UNSUBSCRIBE");
+    let ses = [
+        ("MAIL_PROVIDER", "ses"),
+        ("AWS_REGION", "eu-west-1"),
+        ("AWS_ACCESS_KEY_ID", "AKID"),
+        ("AWS_SECRET_ACCESS_KEY", "s"),
+        ("LIST_UNSUBSCRIBE", "vendor"),
+    ];
+    assert_eq!(cfg(&ses).unwrap_err().var, "SES_CONTACT_LIST");
+    let sendgrid = [
+        ("MAIL_PROVIDER", "sendgrid"),
+        ("MAIL_API_KEY", "k"),
+        ("LIST_UNSUBSCRIBE", "vendor"),
+    ];
+    assert!(cfg(&sendgrid).is_ok());
 }
 
 #[sqlx::test]

@@ -93,6 +93,8 @@ impl Fleet {
             .env("CAMPAIGN_ID", CAMPAIGN)
             .env("MAIL_URL", &self.mail_url)
             .env("JOB_NAME", job)
+            .env("JOB_UID", loadtest::job_uid(job))
+            .envs(loadtest::ONE_CLICK_ENV)
             .env("JOB_COMPLETION_INDEX", index.to_string())
             .env("WORKER_ID", format!("{job}-{index}-{}", self.launches))
             .env("MAIL_RATE_PER_S", self.rate_per_s.to_string())

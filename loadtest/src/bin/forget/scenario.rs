@@ -268,6 +268,8 @@ fn spawn(
         .env("CAMPAIGN_ID", CAMPAIGN)
         .env("MAIL_URL", format!("{base}/v1/send"))
         .env("JOB_NAME", format!("day{day}"))
+        .env("JOB_UID", loadtest::job_uid(&format!("day{day}")))
+        .envs(loadtest::ONE_CLICK_ENV)
         .env("WORKER_ID", format!("day{day}-{index}"))
         .env("MAIL_RATE_PER_S", a.provider_rate.floor().to_string())
         .env("BATCH_SIZE", "40")

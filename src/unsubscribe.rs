@@ -1,0 +1,271 @@
+//! One-click unsubscribe (RFC 8058) with our own links: the token every mail's
+//! `List-Unsubscribe` URL and its `unsubscribe_url` carry, and the headers' values.
+//!
+//! A token names the campaign and the member — no address — and cannot be forged or altered
+//! without the secret: `{campaign_id}.{member_id}.{mac}`, the MAC an HMAC-SHA256 of both under
+//! the first of `UNSUBSCRIBE_SECRET`'s secrets, its first 16 bytes in URL-safe base64 (22
+//! characters: short, and 128 bits no one guesses). Every secret of the list verifies, so a
+//! secret is rotated by putting the new one first and dropping the old one once the mails that
+//! carry it are past caring. Tokens never expire: an unsubscribe link must work as long as the
+//! mail is read. Verified in constant time (`hmac`'s `verify_truncated_left`).
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+/// `LIST_UNSUBSCRIBE`: whose one-click unsubscribe every mail carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Our links (the default): `List-Unsubscribe` + `List-Unsubscribe-Post` on every mail
+    /// through every vendor, `unsubscribe_url` in its template data, honoured by `events`.
+    #[default]
+    Ours,
+    /// The vendor's own managed unsubscribe (SES list management, SendGrid subscription
+    /// tracking, Mailgun's unsubscribe tracking, a Postmark broadcast stream); none of our
+    /// headers. Resend and our JSON contract have none: refused.
+    Vendor,
+    /// No unsubscribe header: for mail that is not bulk marketing.
+    None,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 3] = [Mode::Ours, Mode::Vendor, Mode::None];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Ours => "ours",
+            Mode::Vendor => "vendor",
+            Mode::None => "none",
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Mode {
+    /// Read as text, so a wrong value is refused naming the variable and the choices.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Mode::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s.trim())
+            .ok_or_else(|| {
+                serde::de::Error::custom(
+                    "is not ours, vendor or none while parsing value provided by LIST_UNSUBSCRIBE",
+                )
+            })
+    }
+}
+
+/// `List-Unsubscribe-Post`'s one value.
+pub const ONE_CLICK: &str = "List-Unsubscribe=One-Click";
+
+/// The MAC's length in a token, in bytes.
+const MAC_BYTES: usize = 16;
+
+/// The shortest secret taken, in bytes (a 128-bit key).
+pub const MIN_SECRET_BYTES: usize = 16;
+
+/// What the MAC covers besides the campaign and the member: a token of another use or version
+/// can never stand for this one.
+const CONTEXT: &[u8] = b"campaign-sender one-click unsubscribe v1";
+
+/// The secrets of `UNSUBSCRIBE_SECRET`: the first signs, all verify.
+#[derive(Clone)]
+pub struct Signer {
+    keys: Vec<Vec<u8>>,
+}
+
+impl std::fmt::Debug for Signer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Signer({} secrets)", self.keys.len())
+    }
+}
+
+impl Signer {
+    /// From `UNSUBSCRIBE_SECRET`: one or more secrets, comma-separated, each at least
+    /// [`MIN_SECRET_BYTES`] long. The problem never quotes a secret.
+    pub fn new(secrets: &str) -> Result<Self, String> {
+        let keys: Vec<Vec<u8>> = secrets
+            .split(',')
+            .map(|s| s.trim().as_bytes().to_vec())
+            .collect();
+        if let Some(i) = keys.iter().position(|k| k.len() < MIN_SECRET_BYTES) {
+            return Err(format!(
+                "secret {} of {} is shorter than {MIN_SECRET_BYTES} bytes (e.g. `openssl rand -hex 32`)",
+                i + 1,
+                keys.len()
+            ));
+        }
+        Ok(Self { keys })
+    }
+
+    fn mac(key: &[u8], campaign_id: &str, member_id: i64) -> Hmac<Sha256> {
+        let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes any key length");
+        mac.update(CONTEXT);
+        mac.update(b"\n");
+        mac.update(campaign_id.as_bytes());
+        mac.update(b"\n");
+        mac.update(member_id.to_string().as_bytes());
+        mac
+    }
+
+    /// The token of one member of one campaign (a campaign id's alphabet is URL-safe and holds
+    /// no `.`: [`crate::campaign_id`]).
+    pub fn token(&self, campaign_id: &str, member_id: i64) -> String {
+        let tag = Self::mac(&self.keys[0], campaign_id, member_id)
+            .finalize()
+            .into_bytes();
+        format!(
+            "{campaign_id}.{member_id}.{}",
+            URL_SAFE_NO_PAD.encode(&tag[..MAC_BYTES])
+        )
+    }
+
+    /// The campaign and member a genuine token names; `None` for anything else (forged,
+    /// altered, truncated, signed with a secret no longer listed).
+    pub fn verify(&self, token: &str) -> Option<(String, i64)> {
+        let mut parts = token.rsplitn(3, '.');
+        let (tag, member, campaign) = (parts.next()?, parts.next()?, parts.next()?);
+        let member_id: i64 = member.parse().ok()?;
+        if crate::campaign_id::problem(campaign).is_some() || member_id.to_string() != member {
+            return None;
+        }
+        let tag = URL_SAFE_NO_PAD.decode(tag).ok()?;
+        if tag.len() != MAC_BYTES {
+            return None;
+        }
+        self.keys
+            .iter()
+            .any(|k| {
+                Self::mac(k, campaign, member_id)
+                    .verify_truncated_left(&tag)
+                    .is_ok()
+            })
+            .then(|| (campaign.to_string(), member_id))
+    }
+}
+
+/// Our links, as the senders make them: `UNSUBSCRIBE_BASE_URL`, the signer, and
+/// `UNSUBSCRIBE_MAILTO` if set.
+#[derive(Debug, Clone)]
+pub struct Links {
+    base: String,
+    signer: Signer,
+    mailto: Option<String>,
+}
+
+/// One mail's link and its `List-Unsubscribe` value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Link {
+    /// `{UNSUBSCRIBE_BASE_URL}/unsubscribe/{token}`: the header's HTTPS URI and the template
+    /// data's `unsubscribe_url`.
+    pub url: String,
+    /// `<url>`, then `<mailto:…>` when `UNSUBSCRIBE_MAILTO` is set.
+    pub header: String,
+}
+
+impl Links {
+    /// `base` without a trailing `/` (checked by the configuration: an HTTPS origin).
+    pub fn new(base: &str, signer: Signer, mailto: Option<String>) -> Self {
+        Self {
+            base: base.trim_end_matches('/').to_string(),
+            signer,
+            mailto,
+        }
+    }
+
+    pub fn for_member(&self, campaign_id: &str, member_id: i64) -> Link {
+        let url = format!(
+            "{}/unsubscribe/{}",
+            self.base,
+            self.signer.token(campaign_id, member_id)
+        );
+        let header = match &self.mailto {
+            Some(m) => format!("<{url}>, <mailto:{m}?subject=unsubscribe>"),
+            None => format!("<{url}>"),
+        };
+        Link { url, header }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn signer() -> Signer {
+        Signer::new("0123456789abcdef0123456789abcdef").unwrap()
+    }
+
+    #[test]
+    fn a_token_names_its_campaign_and_member_and_nothing_else_verifies() {
+        let s = signer();
+        let t = s.token("spring-sale", 42);
+        assert!(t.starts_with("spring-sale.42.") && t.len() < 50, "{t}");
+        assert!(!t.contains('@'));
+        assert_eq!(s.verify(&t), Some(("spring-sale".into(), 42)));
+        let other = s.token("spring-sale", 43);
+        let forged = format!("spring-sale.43.{}", t.rsplit('.').next().unwrap());
+        for bad in [
+            forged.as_str(),
+            &t[..t.len() - 1],
+            &format!("{t}A"),
+            &t.replace("spring-sale", "autumn-sale"),
+            "spring-sale.42.",
+            "spring-sale.042.AAAAAAAAAAAAAAAAAAAAAA",
+            "",
+            "..",
+        ] {
+            assert_eq!(s.verify(bad), None, "{bad:?}");
+        }
+        assert_eq!(s.verify(&other), Some(("spring-sale".into(), 43)));
+        let stranger = Signer::new("another secret of thirty-two bytes").unwrap();
+        assert_eq!(stranger.verify(&t), None, "another secret's token");
+    }
+
+    #[test]
+    fn a_rotated_secret_still_verifies_the_old_links_and_signs_with_the_new() {
+        let old = signer();
+        let t = old.token("c1", 7);
+        let rotated =
+            Signer::new("a brand new secret of 32 bytes!!, 0123456789abcdef0123456789abcdef")
+                .unwrap();
+        assert_eq!(rotated.verify(&t), Some(("c1".into(), 7)));
+        assert_ne!(rotated.token("c1", 7), t);
+        assert_eq!(old.verify(&rotated.token("c1", 7)), None);
+    }
+
+    #[test]
+    fn short_secrets_are_refused_without_being_shown() {
+        let err = Signer::new("0123456789abcdef0123456789abcdef, tiny-key").unwrap_err();
+        assert!(
+            err.contains("secret 2 of 2") && !err.contains("tiny"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_header_carries_the_https_link_first_and_the_mailto_after_it() {
+        let l = Links::new("https://mail.example.com/", signer(), None).for_member("c1", 7);
+        assert!(
+            l.url
+                .starts_with("https://mail.example.com/unsubscribe/c1.7."),
+            "{}",
+            l.url
+        );
+        assert_eq!(l.header, format!("<{}>", l.url));
+        let m = Links::new(
+            "https://mail.example.com",
+            signer(),
+            Some("leave@example.com".into()),
+        )
+        .for_member("c1", 7);
+        assert_eq!(
+            m.header,
+            format!(
+                "<{}>, <mailto:leave@example.com?subject=unsubscribe>",
+                m.url
+            )
+        );
+    }
+}
