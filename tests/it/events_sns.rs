@@ -167,6 +167,22 @@ async fn ses_events_through_sns_are_verified_with_the_certificate_and_the_topic_
     );
     let tampered = bounce.replace("member2@", "member3@");
     assert_eq!(post(&url, &[], &tampered).await, 401);
+    // The signature's edges: empty, a byte short, a byte long (the whole RSA signature or none).
+    let mut env: serde_json::Value = serde_json::from_str(&bounce).unwrap();
+    let sig = base64::engine::general_purpose::STANDARD
+        .decode(env["Signature"].as_str().unwrap())
+        .unwrap();
+    let mut long = sig.clone();
+    long.push(0);
+    for wrong in [Vec::new(), sig[..sig.len() - 1].to_vec(), long] {
+        env["Signature"] = json!(base64::engine::general_purpose::STANDARD.encode(&wrong));
+        assert_eq!(
+            post(&url, &[], &env.to_string()).await,
+            401,
+            "{} bytes",
+            wrong.len()
+        );
+    }
     let foreign = envelope(
         &a,
         "Notification",
