@@ -23,7 +23,8 @@ pub enum Exit {
     /// Not done. `run` interrupted (SIGTERM) with time left: a retried pod continues where this
     /// one stopped; an operator command, `run` or `serve` that named a campaign that does not
     /// exist (nothing was changed or sent; the line says "did you mean"); `archive` of a
-    /// campaign that still has work (nothing was archived); `migrate` that failed.
+    /// campaign that still has work (nothing was archived); `migrate` that failed; `suppress
+    /// --export` whose file could not be written.
     Incomplete = 1,
     /// Permanent failures above `MAX_PERMANENT_FAILURE_RATIO` of the campaign: a person must
     /// look.

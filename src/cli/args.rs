@@ -165,8 +165,18 @@ pub enum Command {
         /// The CSV file; `-` or nothing reads standard input.
         file: Option<std::path::PathBuf>,
         /// Take these addresses off the list; their suppressed rows go back to pending.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "export")]
         remove: bool,
+        /// Write the list instead, `email,reason,source,suppressed_at`, to FILE (`-`: standard
+        /// output): who left, for the system that feeds `campaign_targets`.
+        #[arg(long, value_name = "FILE", conflicts_with = "file")]
+        export: Option<std::path::PathBuf>,
+        /// With --export: only those listed since (`2h`, `7d`, or an RFC 3339 time).
+        #[arg(long, requires = "export", value_parser = parse_since)]
+        since: Option<chrono::DateTime<chrono::Utc>>,
+        /// With --export: only these reasons, comma-separated (`unsubscribe,complaint`).
+        #[arg(long, requires = "export", value_delimiter = ',')]
+        reason: Vec<String>,
     },
     /// Moves a finished campaign's rows out of the work table, in small batches that never
     /// block the campaigns still sending: per recipient into `campaign_archive` (member, outcome,

@@ -134,7 +134,13 @@ async fn dispatch(cmd: Command, pool: &PgPool, shutdown: CancellationToken) -> C
             };
             super::archive::archive_cmd(pool, which, dry_run).await
         }
-        Command::Suppress { file, remove } => {
+        Command::Suppress {
+            export: Some(to),
+            since,
+            reason,
+            ..
+        } => super::suppress::export(pool, &to, since, &reason).await,
+        Command::Suppress { file, remove, .. } => {
             super::suppress::suppress_cmd(pool, file, remove).await
         }
         Command::Migrate

@@ -16,6 +16,46 @@ use crate::import::{ImportError, ImportProgress};
 use crate::store::suppressions::Settle;
 use crate::store::Store;
 
+/// `suppress --export FILE`: the list as `email,reason,source,suppressed_at`, oldest first,
+/// streamed (a list of millions never sits in memory). The file is the operator's to keep: it
+/// holds addresses, which this command never prints anywhere else.
+pub(super) async fn export(
+    pool: &PgPool,
+    to: &std::path::Path,
+    since: Option<chrono::DateTime<chrono::Utc>>,
+    reasons: &[String],
+) -> CliResult {
+    use futures::TryStreamExt;
+    let out: Box<dyn std::io::Write> = if to.as_os_str() == "-" {
+        Box::new(std::io::stdout().lock())
+    } else {
+        Box::new(std::fs::File::create(to).map_err(|e| {
+            eprintln!("cannot write {}: {e}", to.display());
+            Exit::Incomplete
+        })?)
+    };
+    let mut csv = csv::Writer::from_writer(out);
+    let failed = |e: csv::Error| {
+        eprintln!("writing the export failed: {e}");
+        Exit::Incomplete
+    };
+    csv.write_record(["email", "reason", "source", "suppressed_at"])
+        .map_err(failed)?;
+    let mut rows = crate::store::suppressions::export(pool, since, reasons);
+    let mut n = 0u64;
+    while let Some(r) = rows.try_next().await? {
+        let at = r
+            .suppressed_at
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        csv.write_record([&r.email, &r.reason, r.source.as_deref().unwrap_or(""), &at])
+            .map_err(failed)?;
+        n += 1;
+    }
+    csv.flush().map_err(|e| failed(e.into()))?;
+    eprintln!("{n} listed addresses exported");
+    Ok(())
+}
+
 pub(super) async fn suppress_cmd(pool: &PgPool, file: Option<PathBuf>, remove: bool) -> CliResult {
     let (input, _) = open_input(file)?;
     let direction = if remove {

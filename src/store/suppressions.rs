@@ -8,7 +8,8 @@
 //! ([`super::Store::claim`], [`super::Store::recheck`]); a listed address is never claimed or
 //! sent to, in any campaign.
 
-use sqlx::{FromRow, PgConnection};
+use futures::stream::BoxStream;
+use sqlx::{FromRow, PgConnection, PgPool};
 
 use super::Store;
 
@@ -73,6 +74,33 @@ pub async fn add(tx: &mut PgConnection) -> Result<Added, sqlx::Error> {
           FROM merged
     "#;
     sqlx::query_as(ADD).fetch_one(tx).await
+}
+
+/// One listed address, as `suppress --export` writes it.
+#[derive(Debug, Clone, PartialEq, Eq, FromRow)]
+pub struct Listed {
+    pub email: String,
+    pub reason: String,
+    pub source: Option<String>,
+    pub suppressed_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// The list, oldest first, listed at `since` or later, of one of `reasons` (all when empty),
+/// as a stream.
+pub fn export<'a>(
+    pool: &'a PgPool,
+    since: Option<chrono::DateTime<chrono::Utc>>,
+    reasons: &'a [String],
+) -> BoxStream<'a, Result<Listed, sqlx::Error>> {
+    // language=PostgreSQL
+    const EXPORT: &str = r#"
+        SELECT email, reason, source, created_at AS suppressed_at
+          FROM suppressions
+         WHERE ($1::timestamptz IS NULL OR created_at >= $1)
+           AND (cardinality($2::text[]) = 0 OR reason = ANY ($2))
+         ORDER BY created_at, email
+    "#;
+    sqlx::query_as(EXPORT).bind(since).bind(reasons).fetch(pool)
 }
 
 /// What lifting a list did.

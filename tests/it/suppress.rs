@@ -264,3 +264,61 @@ async fn a_listing_in_capitals_stops_its_lower_case_address_on_c_and_en_us(pool:
         .await
         .unwrap();
 }
+
+/// `suppress --export` writes who left (`email,reason,source,suppressed_at`) for the system that
+/// feeds the work table, filtered by age and reason, to a file or standard output.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn the_list_is_exported_with_its_reasons_and_filters(pool: PgPool) {
+    sqlx::query(
+        "INSERT INTO suppressions (email, reason, source, created_at) VALUES
+           ('old@example.com', 'hard_bounce', 'sendgrid', now() - interval '10 days'),
+           ('ann@example.com', 'unsubscribe', 'one-click', now() - interval '1 hour'),
+           ('bo@example.com', 'complaint', 'ses', now() - interval '2 hours')",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let db = operator_url(&pool).await;
+    let run = |args: Vec<String>| {
+        let db = db.clone();
+        async move {
+            let mut all = vec!["suppress"];
+            all.extend(args.iter().map(String::as_str));
+            finish(spawn_sender(&all, &db, &[]), Duration::from_secs(30)).await
+        }
+    };
+    let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let (code, out, err) = run(args(&["--export", "-"])).await;
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "email,reason,source,suppressed_at");
+    assert_eq!(lines.len(), 4, "{out}");
+    assert!(
+        lines[1].starts_with("old@example.com,hard_bounce,sendgrid,"),
+        "oldest first: {out}"
+    );
+    assert!(!err.contains('@'), "an address outside the file: {err}");
+
+    let filtered = args(&[
+        "--export",
+        "-",
+        "--since",
+        "1d",
+        "--reason",
+        "unsubscribe,hard_bounce",
+    ]);
+    let (code, out, _) = run(filtered).await;
+    assert_eq!(code, 0);
+    let emails: Vec<&str> = out
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').next().unwrap())
+        .collect();
+    assert_eq!(emails, ["ann@example.com"], "{out}");
+
+    let path = temp_path("export.csv");
+    let (code, _, err) = run(args(&["--export", path.to_str().unwrap()])).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 4);
+    let _ = std::fs::remove_file(&path);
+}
