@@ -203,3 +203,27 @@ fn vendor_mode_turns_the_vendors_own_on_and_sends_no_header_of_ours() {
         }
     }
 }
+
+/// Our contract sends `data` only when there is some: the row's, or our link alone.
+#[test]
+fn the_json_contract_has_data_only_when_the_row_or_the_link_gives_some() {
+    let p = json::Json {
+        api_key: None,
+        refusals: Default::default(),
+    };
+    let empty = serde_json::Map::new();
+    let none = Mail {
+        data: None,
+        ..mail(&empty, None)
+    };
+    assert_eq!(body(&p, &none).get("data"), None);
+    let l = link();
+    let only_link = Mail {
+        data: None,
+        ..mail(&empty, Some(&l))
+    };
+    assert_eq!(
+        body(&p, &only_link)["data"],
+        json!({"unsubscribe_url": l.url})
+    );
+}
