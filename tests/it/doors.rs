@@ -27,15 +27,7 @@ async fn events(pool: &PgPool, extra: &[(&str, &str)]) -> (tokio::process::Child
     env.extend_from_slice(extra);
     let child = spawn_sender(&["events"], &db, &env);
     let base = format!("http://{addr}");
-    until_some(Duration::from_secs(30), "events to listen", || async {
-        reqwest::get(format!("{base}/healthz"))
-            .await
-            .ok()?
-            .status()
-            .is_success()
-            .then_some(())
-    })
-    .await;
+    until_healthy(&base, "events").await;
     (child, addr)
 }
 
@@ -65,7 +57,12 @@ fn peak_rss(pid: u32) -> u64 {
 /// that took.
 async fn stall(addr: String, path: &'static str, head: String, len: usize) -> Duration {
     let t0 = Instant::now();
-    let stream = TcpStream::connect(&addr).await.unwrap();
+    // The peer's own kernel buffers are the peer's: kept small here, where both ends share one
+    // kernel, so that 300 peers' unsent megabytes do not put this machine's TCP under memory
+    // pressure (dropped packets, retransmits) and time the neighbour's request instead of ours.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_send_buffer_size(64 * 1024).unwrap();
+    let stream = socket.connect(addr.parse().unwrap()).await.unwrap();
     let (mut r, mut w) = stream.into_split();
     let request = format!(
         "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{head}Content-Length: {len}\r\n\r\n"

@@ -219,15 +219,7 @@ async fn the_events_command_runs_as_its_role_and_says_what_is_missing(pool: PgPo
         ],
     );
     let base = format!("http://{events}");
-    until_some(Duration::from_secs(30), "events to listen", || async {
-        reqwest::get(format!("{base}/healthz"))
-            .await
-            .ok()?
-            .status()
-            .is_success()
-            .then_some(())
-    })
-    .await;
+    until_healthy(&base, "events").await;
     assert_eq!(
         post(&format!("{base}/events/sendgrid"), &[], "[]").await,
         404

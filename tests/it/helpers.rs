@@ -303,6 +303,23 @@ pub const ONE_CLICK: [(&str, &str); 2] = [
     ("UNSUBSCRIBE_SECRET", "test-one-click-secret-0123456789"),
 ];
 
+/// Waits (at most 30 s) until the server `what` at `base` answers `/healthz` with a success.
+pub async fn until_healthy(base: &str, what: &str) {
+    until_some(
+        Duration::from_secs(30),
+        &format!("{what} to listen"),
+        || async {
+            reqwest::get(format!("{base}/healthz"))
+                .await
+                .ok()?
+                .status()
+                .is_success()
+                .then_some(())
+        },
+    )
+    .await;
+}
+
 /// A `campaign-sender` process with test-speed settings plus `env` (for `run` and `serve`, our
 /// one-click links' settings unless `env` names them).
 pub fn spawn_sender(args: &[&str], db_url: &str, env: &[(&str, &str)]) -> tokio::process::Child {
