@@ -40,6 +40,13 @@ impl Mode {
             Mode::None => "none",
         }
     }
+
+    /// What a run says once at its start in this mode, if anything.
+    pub fn caution(self) -> Option<&'static str> {
+        (self == Mode::None).then_some(
+            "LIST_UNSUBSCRIBE=none: mails carry no one-click unsubscribe; only for mail that is not bulk marketing (Gmail and Yahoo require it of bulk senders)",
+        )
+    }
 }
 
 impl<'de> serde::Deserialize<'de> for Mode {
@@ -233,6 +240,14 @@ mod tests {
         assert_eq!(rotated.verify(&t), Some(("c1".into(), 7)));
         assert_ne!(rotated.token("c1", 7), t);
         assert_eq!(old.verify(&rotated.token("c1", 7)), None);
+    }
+
+    #[test]
+    fn only_mail_without_an_unsubscribe_is_cautioned_at_start() {
+        assert!(Mode::None
+            .caution()
+            .is_some_and(|c| c.contains("not bulk marketing")));
+        assert_eq!((Mode::Ours.caution(), Mode::Vendor.caution()), (None, None));
     }
 
     #[test]

@@ -202,8 +202,8 @@ impl Worker {
         };
         info!(worker = %self.name, campaign = %self.store.campaign_id(), total = start.counts.total,
               list_unsubscribe = self.cfg.list_unsubscribe.as_str(), "run started");
-        if self.cfg.list_unsubscribe == crate::unsubscribe::Mode::None {
-            warn!(worker = %self.name, "LIST_UNSUBSCRIBE=none: mails carry no one-click unsubscribe; only for mail that is not bulk marketing (Gmail and Yahoo require it of bulk senders)");
+        if let Some(caution) = self.cfg.list_unsubscribe.caution() {
+            warn!(worker = %self.name, "{caution}");
         }
         let letter = Arc::new(start.settings.letter());
         let mut p = Pipeline::new(self, letter, cancel, false, start.failure_budget);

@@ -342,6 +342,8 @@ async fn the_csvs_extra_columns_reach_the_vendor_as_template_data(pool: PgPool) 
     assert!(bodies
         .iter()
         .all(|b| b["custom_args"]["campaign_id"] == CAMPAIGN));
+    // LIST_UNSUBSCRIBE=ours: our headers, and SendGrid's own subscription tracking left off.
+    assert!(bodies.iter().all(|b| b.get("tracking_settings").is_none()));
 }
 
 #[test]
