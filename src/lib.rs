@@ -23,6 +23,7 @@
 //! - [`config`]: typed environment configuration, defaults, validation (exit 78), secrets;
 //! - [`campaign_id`]: the one alphabet of campaign ids (they travel in headers and tags);
 //! - [`mailbox`]: the sender and reply-to, exactly one RFC 5322 mailbox each;
+//! - [`shown`]: how text from outside may be shown (never an address, escaped, cut);
 //! - [`unsubscribe`]: one-click unsubscribe (RFC 8058) with our links: the signed token, the
 //!   headers' values (the senders add them, `events` honours them);
 //! - [`exit`]: exit codes and the one rule from how a run stopped to its code;
@@ -57,6 +58,7 @@ pub mod outcome;
 pub mod provider;
 pub mod rate;
 pub mod report;
+pub mod shown;
 pub mod status;
 pub mod store;
 pub mod telemetry;
