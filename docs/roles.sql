@@ -27,7 +27,9 @@
 -- drop anything, or read another table.
 -- campaign_sender_events (`events`, the vendors' webhooks): records each event once
 -- (provider_events, webhook_tokens), lists an address (suppressions) and settles a row whose
--- attempt had an unknown outcome (the delivery columns of campaign_targets).
+-- attempt had an unknown outcome (the delivery columns of campaign_targets); keeps each
+-- campaign's tally and pauses one over the complaint or bounce line (campaign_tallies, the
+-- pause columns of campaigns); counts soft bounces (soft_bounces).
 -- campaign_sender_web (`web`, the status page): reads what `status` reads, nothing else; it
 -- writes nothing. It may read `email` only to join a suppressed row to its listing's reason
 -- (the page never shows an address), and never a row's template data.
@@ -72,7 +74,7 @@ $$;
 -- Nothing by default: only the grants below.
 REVOKE ALL ON campaign_targets, rate_limits, rate_pods, rate_usage, campaigns, job_budgets,
     suppressions, campaign_archive, archived_campaigns, _sqlx_migrations, provider_events,
-    webhook_tokens FROM campaign_sender_worker, campaign_sender_operator, campaign_sender_keda,
+    webhook_tokens, campaign_tallies, campaign_strikes, soft_bounces FROM campaign_sender_worker, campaign_sender_operator, campaign_sender_keda,
     campaign_sender_events, campaign_sender_web;
 GRANT USAGE ON SCHEMA public TO campaign_sender_worker, campaign_sender_operator,
     campaign_sender_keda, campaign_sender_events, campaign_sender_web;
@@ -81,7 +83,7 @@ GRANT SELECT (campaign_id, member_id, email, state, attempts, opted_out_at, not_
               send_after, sent_at, last_status, last_error, unknown_since)
     ON campaign_targets TO campaign_sender_web;
 GRANT SELECT ON campaigns, archived_campaigns, campaign_archive, rate_limits, rate_pods,
-    rate_usage, provider_events, _sqlx_migrations TO campaign_sender_web;
+    rate_usage, provider_events, campaign_tallies, _sqlx_migrations TO campaign_sender_web;
 GRANT SELECT (email, reason) ON suppressions TO campaign_sender_web;
 
 GRANT SELECT, INSERT ON provider_events TO campaign_sender_events;
@@ -94,6 +96,15 @@ GRANT UPDATE (state, lease_until, claim_id, updated_at, started_at, unknown_sinc
               provider_message_id, opted_out_at)
     ON campaign_targets TO campaign_sender_events;
 GRANT SELECT ON _sqlx_migrations TO campaign_sender_events;
+-- The brake: an event adds to its campaign's tally (a settled row to `sent`) and, over a line,
+-- pauses the campaign in the same transaction.
+GRANT SELECT, INSERT, UPDATE ON campaign_tallies TO campaign_sender_events;
+GRANT SELECT, INSERT ON campaign_strikes TO campaign_sender_events;
+GRANT SELECT, INSERT (campaign_id, paused_at, paused_by, pause_reason),
+      UPDATE (paused_at, paused_by, pause_reason, updated_at)
+    ON campaigns TO campaign_sender_events;
+-- Soft bounces that age: recorded, counted, pruned past the window.
+GRANT SELECT, INSERT, UPDATE, DELETE ON soft_bounces TO campaign_sender_events;
 
 GRANT SELECT ON campaign_targets TO campaign_sender_worker;
 GRANT UPDATE (state, attempts, not_before, lease_until, claim_id, last_status, last_error,
@@ -116,6 +127,8 @@ GRANT INSERT (campaign_id, paused_at, paused_by, pause_reason),
       UPDATE (paused_at, paused_by, pause_reason, updated_at)
     ON campaigns TO campaign_sender_worker;
 GRANT SELECT, INSERT, DELETE ON job_budgets TO campaign_sender_worker;
+-- The fenced finish adds the mails it wrote `sent` to the campaign's tally (the brake's base).
+GRANT SELECT, INSERT, UPDATE ON campaign_tallies TO campaign_sender_worker;
 GRANT SELECT ON _sqlx_migrations TO campaign_sender_worker;
 
 GRANT SELECT ON campaign_targets, rate_limits, rate_pods, rate_usage, _sqlx_migrations
@@ -136,6 +149,10 @@ GRANT SELECT ON provider_events TO campaign_sender_operator;
 -- `status` of an archived campaign; `archive` itself runs as the owner (it deletes rows).
 GRANT SELECT ON campaign_archive, archived_campaigns TO campaign_sender_operator;
 GRANT SELECT, INSERT, UPDATE ON campaigns TO campaign_sender_operator;
+-- status shows each campaign's complaint and bounce rates against its lines.
+GRANT SELECT ON campaign_tallies TO campaign_sender_operator;
+-- `suppress --remove` lets a lifted address start its soft bounces afresh.
+GRANT SELECT, DELETE ON soft_bounces TO campaign_sender_operator;
 
 GRANT SELECT (campaign_id, state, opted_out_at) ON campaign_targets TO campaign_sender_keda;
 GRANT SELECT (campaign_id, paused_at, window_start, window_end, timezone)

@@ -25,6 +25,11 @@ pub const EVENTS_REFUSED_TOTAL: &str = "campaign_sender_events_refused_total";
 pub const EVENTS_UNREAD_TOTAL: &str = "campaign_sender_events_unread_total";
 /// Webhook requests answered 503 because the database did not record them in time.
 pub const EVENTS_UNAVAILABLE_TOTAL: &str = "campaign_sender_events_unavailable_total";
+/// Campaigns `events` paused over a mailbox provider's line, by `campaign` and `line`
+/// (`complaint`, `hard_bounce`): the brake ([`crate::store::brake`]).
+pub const BRAKES_TOTAL: &str = "campaign_sender_brakes_total";
+/// Addresses `events` listed for `SOFT_BOUNCE_LIMIT` soft bounces within the window.
+pub const SOFT_BOUNCE_SUPPRESSIONS_TOTAL: &str = "campaign_sender_soft_bounce_suppressions_total";
 /// Rows settled by this process, by `outcome`: sent, retry, failed, released, opted_out, deferred.
 pub const SENDS_TOTAL: &str = "campaign_sender_sends_total";
 /// One provider request, from start to answer (or timeout).
@@ -113,6 +118,8 @@ pub const ALL: &[&str] = &[
     EVENTS_REFUSED_TOTAL,
     EVENTS_UNREAD_TOTAL,
     EVENTS_UNAVAILABLE_TOTAL,
+    BRAKES_TOTAL,
+    SOFT_BOUNCE_SUPPRESSIONS_TOTAL,
 ];
 
 /// Serves `/metrics` on `addr` (every path answers with the exposition). Must run inside the

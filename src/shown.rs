@@ -30,3 +30,19 @@ pub fn escaped_cut(value: &str, max: usize) -> String {
 
 /// The most of a value an error line quotes.
 pub const QUOTED_CHARS: usize = 40;
+
+/// `n` with its digits in groups of three, `sep` between them: `1 200 000`.
+pub fn grouped(n: i64, sep: char) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(sep);
+        }
+        out.push(c);
+    }
+    if n < 0 {
+        out.insert(0, '-');
+    }
+    out
+}

@@ -216,6 +216,13 @@ pub enum Command {
         /// Failure threshold for this campaign (default: MAX_PERMANENT_FAILURE_RATIO).
         #[arg(long, value_parser = parse_ratio)]
         max_permanent_failure_ratio: Option<f64>,
+        /// The brake's complaint line for this campaign: complaints / sent above it pauses the
+        /// campaign (default: MAX_COMPLAINT_RATIO, 0.0008).
+        #[arg(long, value_parser = parse_ratio, value_name = "RATIO")]
+        max_complaint_ratio: Option<f64>,
+        /// The brake's hard-bounce line for this campaign (default: MAX_BOUNCE_RATIO, 0.02).
+        #[arg(long, value_parser = parse_ratio, value_name = "RATIO")]
+        max_bounce_ratio: Option<f64>,
         /// Send only between these local times every day, e.g. `22:00-06:00` (may wrap
         /// midnight; DST changes keep the wall-clock hours); `none` sends at any time again.
         #[arg(long, value_parser = parse_window, value_name = "HH:MM-HH:MM|none")]

@@ -69,8 +69,9 @@ async fn dispatch(cmd: Command, pool: &PgPool, shutdown: CancellationToken) -> C
                 json,
                 interval: Duration::from_millis(interval_ms.max(100)),
             };
-            let ratio = max_permanent_failure_ratio;
-            super::status::status_cmd(pool, &campaign, watch, ratio, shutdown).await
+            let defaults = crate::status::Defaults::with_env_lines(max_permanent_failure_ratio)
+                .map_err(super::config_failure)?;
+            super::status::status_cmd(pool, &campaign, watch, defaults, shutdown).await
         }
         Command::Pause { campaign, reason } => pause(pool, &campaign, reason.as_deref()).await,
         Command::Resume { campaign, key } => {
@@ -97,6 +98,8 @@ async fn dispatch(cmd: Command, pool: &PgPool, shutdown: CancellationToken) -> C
             from,
             reply_to,
             max_permanent_failure_ratio,
+            max_complaint_ratio,
+            max_bounce_ratio,
             window,
             timezone,
             create: _,
@@ -109,6 +112,8 @@ async fn dispatch(cmd: Command, pool: &PgPool, shutdown: CancellationToken) -> C
                     ratio: max_permanent_failure_ratio,
                     from: from.as_deref(),
                     reply_to: reply_to.as_deref(),
+                    complaint_line: max_complaint_ratio,
+                    bounce_line: max_bounce_ratio,
                 },
                 window,
                 timezone,
@@ -343,7 +348,8 @@ async fn configure(pool: &PgPool, campaign: &str, asked: Settings<'_>) -> CliRes
             CliError::Exit(Exit::Config)
         })?;
     let c = &asked.change;
-    let changes = c.template.is_some() || c.ratio.is_some() || c.from.is_some();
+    let lines = c.complaint_line.is_some() || c.bounce_line.is_some();
+    let changes = c.template.is_some() || c.ratio.is_some() || c.from.is_some() || lines;
     if changes || c.reply_to.is_some() || !before.stored {
         campaigns::set_settings(pool, campaign, c).await?;
     }
@@ -366,6 +372,17 @@ async fn configure(pool: &PgPool, campaign: &str, asked: Settings<'_>) -> CliRes
             .map(|w| w.to_string())
             .unwrap_or_else(|| "none (any time)".into())
     );
+    if lines {
+        let line = |r: Option<f64>, var: &str| {
+            r.map(crate::store::brake::percent)
+                .unwrap_or_else(|| format!("unchanged ({var} unless set before)"))
+        };
+        println!(
+            "{campaign}: the brake pauses it over complaints {}, hard bounces {} of mails sent",
+            line(c.complaint_line, "MAX_COMPLAINT_RATIO"),
+            line(c.bounce_line, "MAX_BOUNCE_RATIO")
+        );
+    }
     Ok(())
 }
 

@@ -11,7 +11,7 @@ use tracing::{error, info};
 
 use super::problem::Patience;
 use super::{config_failure, CliError, CliResult, Db};
-use crate::config::{EventsConfig, FromEnv, WebConfig};
+use crate::config::{BrakeConfig, EventsConfig, FromEnv, WebConfig};
 use crate::exit::Exit;
 use crate::http::Doors;
 use crate::store::connect::Session;
@@ -60,7 +60,8 @@ async fn serve(
 pub(super) async fn events(db: &Db<'_>, shutdown: CancellationToken) -> CliResult {
     let cfg = EventsConfig::from_env().map_err(config_failure)?;
     let addr = cfg.socket().map_err(config_failure)?;
-    let listeners = cfg.listeners().map_err(config_failure)?;
+    let mut listeners = cfg.listeners().map_err(config_failure)?;
+    listeners.rules = BrakeConfig::from_env().map_err(config_failure)?;
     if let Some(m) = cfg.metrics_addr.as_ref().and_then(|a| a.parse().ok()) {
         // The pod's name labels every series; held to a worker id's alphabet, like a worker's.
         let name = std::env::var("HOSTNAME").unwrap_or_else(|_| "events".into());
@@ -76,8 +77,9 @@ pub(super) async fn events(db: &Db<'_>, shutdown: CancellationToken) -> CliResul
     let (pool, listener) = connect_and_listen(db, addr, "EVENTS_ADDR").await?;
     crate::events::server::start_counters_at_zero(&listeners);
     info!(%addr, vendors = ?listeners.vendors(), "listening for the vendors' events");
-    tokio::spawn(crate::events::server::prune_tokens(
+    tokio::spawn(crate::events::server::prune(
         pool.clone(),
+        listeners.rules.soft_bounce_window_s,
         shutdown.clone(),
     ));
     let app = crate::events::server::router(pool, listeners);
@@ -91,6 +93,7 @@ pub(super) async fn web(db: &Db<'_>, ratio: f64, shutdown: CancellationToken) ->
     let addr = cfg.socket().map_err(config_failure)?;
     let logins = cfg.logins().map_err(config_failure)?;
     let zone = cfg.zone().map_err(config_failure)?;
+    let defaults = crate::status::Defaults::with_env_lines(ratio).map_err(config_failure)?;
     let (pool, listener) = connect_and_listen(db, addr, "WEB_ADDR").await?;
     let board = crate::web::board::Board::new(
         Duration::from_secs(cfg.web_refresh_s),
@@ -100,7 +103,7 @@ pub(super) async fn web(db: &Db<'_>, ratio: f64, shutdown: CancellationToken) ->
     tokio::spawn(crate::web::board::refresh(
         pool,
         board.clone(),
-        ratio,
+        defaults,
         shutdown.clone(),
     ));
     info!(%addr, login = !logins.is_empty(), "serving the status page");

@@ -24,7 +24,7 @@ pub(super) async fn status_cmd(
     pool: &PgPool,
     campaign_id: &str,
     how: Watch,
-    ratio: f64,
+    defaults: status::Defaults,
     cancel: CancellationToken,
 ) -> CliResult {
     let Watch {
@@ -40,7 +40,7 @@ pub(super) async fn status_cmd(
         )
     });
     loop {
-        let s = status::gather(pool, campaign_id, ratio).await?;
+        let s = status::gather(pool, campaign_id, defaults).await?;
         let c = &s.progress.counts;
         match &bar {
             Some(bar) => {

@@ -233,6 +233,7 @@ impl EventsConfig {
                 self.read_timeout(),
             ),
             db_timeout: Duration::from_millis(self.events_db_timeout_ms),
+            rules: crate::config::BrakeConfig::default(),
             one_click: self
                 .unsubscribe_secret
                 .as_ref()

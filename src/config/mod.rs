@@ -10,8 +10,11 @@
 //!   `vendor.rs` holds its provider side: the endpoint, the idempotency window the vendor
 //!   allows, SES's credentials.
 //! - [`EventsConfig`] (`events.rs`): the webhook server's address, bounds and vendor secrets.
+//! - [`BrakeConfig`] (`brake.rs`): the complaint and bounce lines and the soft-bounce rule, for
+//!   `events`, `status` and the page alike.
 //! - [`WebConfig`] (`web.rs`): the status page's address, login file and refresh.
 
+mod brake;
 mod db;
 mod events;
 mod run;
@@ -22,6 +25,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+pub use brake::BrakeConfig;
 pub use db::DbConfig;
 pub use events::EventsConfig;
 pub use run::{RunConfig, BOUNDS};
@@ -117,7 +121,7 @@ impl ConfigError {
 }
 
 /// Every environment variable the binary reads: the fields of [`DbConfig`], [`RunConfig`],
-/// [`EventsConfig`] and [`WebConfig`]
+/// [`EventsConfig`], [`BrakeConfig`] and [`WebConfig`]
 /// (their names upper-cased, as envy reads them) and the logging ones of [`crate::telemetry`].
 /// The manifests' ConfigMap may only set these (tests/it/manifests.rs).
 pub fn known_variables() -> Vec<String> {
@@ -133,6 +137,7 @@ pub fn known_variables() -> Vec<String> {
         serde_json::to_value(run),
         serde_json::to_value(events),
         serde_json::to_value(web),
+        serde_json::to_value(BrakeConfig::default()),
     ]
     .into_iter()
     .filter_map(|v| v.ok())

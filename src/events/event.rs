@@ -5,7 +5,8 @@
 //! |---|---|---|---|
 //! | `Accepted` (processed, sent, queued) | — | yes | accepted |
 //! | `Delivered` | — | yes | delivered |
-//! | `Deferred` (a delay, a soft bounce) | — | yes | bounced_soft |
+//! | `Deferred` (a delay; a temporary failure that is not the recipient's) | — | yes | deferred |
+//! | `SoftBounce` (the recipient's mailbox full or unavailable, the vendor's final word) | after `SOFT_BOUNCE_LIMIT` in the window: `soft_bounce` ([`crate::store::soft_bounces`]) | yes | bounced_soft |
 //! | `HardBounce` | `hard_bounce` | yes | bounced_hard |
 //! | `Complaint` | `complaint` | yes | complained |
 //! | `Unsubscribe` | `unsubscribe` | yes | unsubscribed |
@@ -13,11 +14,15 @@
 //! | `Opened` / `Clicked` | — | yes | opened / clicked |
 //! | `Other` (anything else) | — | no | — (counted, stored) |
 //!
+//! A `Complaint` and a `HardBounce` of a row of ours also count against its campaign's lines
+//! ([`crate::store::brake`]), each member once.
+//!
 //! Every kind but `Dropped` and `Other` proves the vendor accepted the mail: an `unconfirmed`
 //! row, or one whose unknown attempt waits to be retried, is `sent` and never mailed again. A
 //! `Dropped` mail was never sent — the vendor refused it for an address on its own list — so
 //! its address joins ours and its row stays as the send wrote it.
 
+use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 /// What happened to one mail, in the vendor's words mapped to ours.
@@ -27,6 +32,7 @@ pub enum What {
     Accepted,
     Delivered,
     Deferred,
+    SoftBounce,
     HardBounce,
     Complaint,
     Unsubscribe,
@@ -69,7 +75,8 @@ impl What {
         let (suppress, settles, funnel) = match self {
             What::Accepted => (None, true, Some("accepted")),
             What::Delivered => (None, true, Some("delivered")),
-            What::Deferred => (None, true, Some("bounced_soft")),
+            What::Deferred => (None, true, Some("deferred")),
+            What::SoftBounce => (None, true, Some("bounced_soft")),
             What::HardBounce => (Some(Reason::HardBounce), true, Some("bounced_hard")),
             What::Complaint => (Some(Reason::Complaint), true, Some("complained")),
             What::Unsubscribe => (Some(Reason::Unsubscribe), true, Some("unsubscribed")),
@@ -95,6 +102,7 @@ impl What {
             What::Accepted => "accepted",
             What::Delivered => "delivered",
             What::Deferred => "deferred",
+            What::SoftBounce => "soft_bounce",
             What::HardBounce => "hard_bounce",
             What::Complaint => "complaint",
             What::Unsubscribe => "unsubscribe",
@@ -107,10 +115,11 @@ impl What {
 }
 
 /// Every kind.
-pub const ALL: [What; 10] = [
+pub const ALL: [What; 11] = [
     What::Accepted,
     What::Delivered,
     What::Deferred,
+    What::SoftBounce,
     What::HardBounce,
     What::Complaint,
     What::Unsubscribe,
@@ -121,9 +130,10 @@ pub const ALL: [What; 10] = [
 ];
 
 /// The funnel columns, in the order `status` shows them.
-pub const FUNNEL: [&str; 9] = [
+pub const FUNNEL: [&str; 10] = [
     "accepted",
     "delivered",
+    "deferred",
     "bounced_soft",
     "bounced_hard",
     "complained",
@@ -148,6 +158,9 @@ pub struct Event {
     pub message_id: Option<String>,
     /// The recipient the event is about, lower-cased by the store.
     pub email: Option<String>,
+    /// When the vendor says it happened (vendors batch and retry: not when it reached us);
+    /// `None` when the event does not say.
+    pub occurred_at: Option<DateTime<Utc>>,
 }
 
 impl Event {
@@ -175,6 +188,7 @@ impl std::fmt::Debug for Event {
             .field("member_id", &self.member_id)
             .field("message_id", &self.message_id)
             .field("email", &self.email.as_ref().map(|_| "[personal data]"))
+            .field("occurred_at", &self.occurred_at)
             .finish()
     }
 }
@@ -196,6 +210,33 @@ pub fn text_of(v: Option<&serde_json::Value>) -> Option<String> {
         serde_json::Value::Array(a) => text_of(a.first()),
         _ => None,
     }
+}
+
+/// A vendor's time of an event: seconds since the epoch (a number, or a string of one), or an
+/// RFC 3339 text.
+pub fn time_of(v: Option<&serde_json::Value>) -> Option<DateTime<Utc>> {
+    let secs = match v? {
+        serde_json::Value::Number(n) => n.as_f64()?,
+        serde_json::Value::String(s) => match s.parse::<f64>() {
+            Ok(x) => x,
+            Err(_) => return DateTime::parse_from_rfc3339(s).ok().map(|t| t.to_utc()),
+        },
+        _ => return None,
+    };
+    if !secs.is_finite() || secs < 0.0 {
+        return None;
+    }
+    DateTime::from_timestamp(secs.trunc() as i64, (secs.fract() * 1e9) as u32)
+}
+
+/// Whether an enhanced status code (RFC 3463) is about the recipient's mailbox: `4.2.x` or
+/// `5.2.x` — full, disabled, unavailable — rather than the sender's address, IP or content
+/// (`x.7.x` policy, `x.6.x` content, `x.4.x` the network).
+pub fn mailbox_status(status: Option<&str>) -> bool {
+    status.is_some_and(|s| {
+        let mut parts = s.trim().split('.');
+        matches!(parts.next(), Some("4" | "5")) && parts.next() == Some("2")
+    })
 }
 
 #[cfg(test)]
@@ -242,5 +283,30 @@ mod tests {
         assert_eq!(member_of(Some(&json!(["42"]))), Some(42));
         assert_eq!(member_of(Some(&json!("x"))), None);
         assert_eq!(text_of(Some(&json!(["c1"]))), Some("c1".into()));
+    }
+
+    #[test]
+    fn a_vendors_time_comes_as_epoch_seconds_or_rfc_3339() {
+        use serde_json::json;
+        let t = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        assert_eq!(time_of(Some(&json!(1_700_000_000))), Some(t));
+        assert_eq!(time_of(Some(&json!("1700000000"))), Some(t));
+        assert_eq!(time_of(Some(&json!("2023-11-14T22:13:20Z"))), Some(t));
+        assert_eq!(
+            time_of(Some(&json!(1_700_000_000.5))),
+            Some(t + chrono::Duration::milliseconds(500))
+        );
+        assert_eq!(time_of(Some(&json!("yesterday"))), None);
+        assert_eq!(time_of(Some(&json!(-1))), None);
+    }
+
+    #[test]
+    fn only_a_mailbox_status_is_the_recipients() {
+        assert!(mailbox_status(Some("4.2.2")));
+        assert!(mailbox_status(Some("5.2.1")));
+        assert!(!mailbox_status(Some("4.7.1")), "a block of the sender");
+        assert!(!mailbox_status(Some("4.4.7")), "the network");
+        assert!(!mailbox_status(Some("42.2")));
+        assert!(!mailbox_status(None));
     }
 }

@@ -9,7 +9,7 @@ use hmac::{Hmac, Mac};
 use serde_json::Value;
 use sha2::Sha256;
 
-use super::event::{member_of, text_of, Event, What};
+use super::event::{mailbox_status, member_of, text_of, time_of, Event, What};
 use super::{BadBody, Refused};
 
 /// The oldest (or furthest ahead) a signature's timestamp may be, seconds.
@@ -85,7 +85,12 @@ fn one(e: &Value) -> Result<Event, BadBody> {
             (_, Some("suppress-bounce" | "suppress-unsubscribe" | "suppress-complaint")) => {
                 What::Dropped
             }
+            // `old`: Mailgun gave up retrying temporary failures — its final word on the
+            // message, the recipient's when the last answer was about the mailbox.
+            (Some("permanent"), Some("old")) if recipients_mailbox(e) => What::SoftBounce,
+            (Some("permanent"), Some("old")) => What::Deferred,
             (Some("permanent"), _) => What::HardBounce,
+            // A temporary failure: Mailgun retries the message (each retry is one of these).
             _ => What::Deferred,
         },
         "opened" => What::Opened,
@@ -103,5 +108,23 @@ fn one(e: &Value) -> Result<Event, BadBody> {
         // Events name the message without the `<>` the send's answer had; so does the row.
         message_id: text_of(e.pointer("/message/headers/message-id")),
         email: text_of(e.get("recipient")),
+        occurred_at: time_of(e.get("timestamp")),
     })
+}
+
+/// Whether Mailgun's last answer for the message was about the recipient's mailbox: its
+/// enhanced code 4.2.x / 5.2.x, or without one the SMTP codes of a mailbox unavailable or full
+/// (450, 452, 552).
+fn recipients_mailbox(e: &Value) -> bool {
+    let status = e.get("delivery-status");
+    match status
+        .and_then(|s| s.get("enhanced-code"))
+        .and_then(Value::as_str)
+    {
+        Some(code) => mailbox_status(Some(code)),
+        None => matches!(
+            status.and_then(|s| s.get("code")).and_then(Value::as_i64),
+            Some(450 | 452 | 552)
+        ),
+    }
 }

@@ -9,7 +9,7 @@ use base64::Engine as _;
 use serde_json::Value;
 use subtle::ConstantTimeEq as _;
 
-use super::event::{member_of, text_of, Event, What};
+use super::event::{member_of, text_of, time_of, Event, What};
 use super::{header, BadBody, Refused};
 
 pub struct Postmark {
@@ -52,6 +52,10 @@ pub fn parse(body: &[u8]) -> Result<Vec<Event>, BadBody> {
             "HardBounce" | "BadEmailAddress" | "ManuallyDeactivated" => What::HardBounce,
             "SpamComplaint" => What::Complaint,
             "Unsubscribe" => What::Unsubscribe,
+            // "Unable to temporarily deliver": a full or unavailable mailbox, after Postmark's
+            // retries. `Transient` (a delay), `DnsError`, `Blocked` (the sender's IP or
+            // content) and the rest say nothing about the address.
+            "SoftBounce" => What::SoftBounce,
             _ => What::Deferred,
         },
         "SpamComplaint" => What::Complaint,
@@ -87,5 +91,8 @@ pub fn parse(body: &[u8]) -> Result<Vec<Event>, BadBody> {
         member_id: member_of(meta.and_then(|m| m.get("member_id"))),
         message_id: message,
         email: text_of(e.get("Email").or_else(|| e.get("Recipient"))),
+        occurred_at: ["BouncedAt", "DeliveredAt", "ReceivedAt", "ChangedAt"]
+            .iter()
+            .find_map(|k| time_of(e.get(*k))),
     }])
 }

@@ -10,7 +10,7 @@ use hmac::{Hmac, Mac};
 use serde_json::Value;
 use sha2::Sha256;
 
-use super::event::{member_of, text_of, Event, What};
+use super::event::{member_of, text_of, time_of, Event, What};
 use super::{header, BadBody, Refused};
 
 /// The Standard Webhooks tolerance: a timestamp further than this from our clock is refused.
@@ -72,8 +72,13 @@ pub fn parse(body: &[u8], id: String) -> Result<Vec<Event>, BadBody> {
         "email.sent" => What::Accepted,
         "email.delivered" => What::Delivered,
         "email.delivery_delayed" => What::Deferred,
-        "email.bounced" => match data.pointer("/bounce/type").and_then(Value::as_str) {
-            Some("Permanent") => What::HardBounce,
+        "email.bounced" => match (
+            data.pointer("/bounce/type").and_then(Value::as_str),
+            data.pointer("/bounce/subType").and_then(Value::as_str),
+        ) {
+            (Some("Permanent"), _) => What::HardBounce,
+            // Resend sends through SES and keeps its words: see `sns::transient`.
+            (Some("Transient"), sub) if super::sns::recipients_transient(sub) => What::SoftBounce,
             _ => What::Deferred,
         },
         "email.complained" => What::Complaint,
@@ -101,5 +106,6 @@ pub fn parse(body: &[u8], id: String) -> Result<Vec<Event>, BadBody> {
         member_id: member_of(tag("member_id").as_ref()),
         message_id: text_of(data.get("email_id")),
         email: text_of(data.get("to")),
+        occurred_at: time_of(e.get("created_at")),
     }])
 }

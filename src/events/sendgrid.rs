@@ -12,7 +12,7 @@ use p256::ecdsa::{Signature, VerifyingKey};
 use p256::pkcs8::DecodePublicKey as _;
 use serde_json::Value;
 
-use super::event::{member_of, text_of, Event, What};
+use super::event::{mailbox_status, member_of, text_of, time_of, Event, What};
 use super::{header, BadBody, Refused};
 
 const SIGNATURE: &str = "x-twilio-email-event-webhook-signature";
@@ -66,8 +66,16 @@ fn one(e: &Value) -> Option<Event> {
         "processed" => What::Accepted,
         "delivered" => What::Delivered,
         "deferred" => What::Deferred,
-        // `blocked`: the receiving server refused for now; SendGrid does not suppress it.
-        "bounce" if e.get("type").and_then(Value::as_str) == Some("blocked") => What::Deferred,
+        // `blocked`: the receiving server refused for now; SendGrid does not suppress it. With a
+        // mailbox status (4.2.x: full, disabled) it is the recipient's: a soft bounce; else a
+        // block of our IP or content, which says nothing about the address.
+        "bounce" if e.get("type").and_then(Value::as_str) == Some("blocked") => {
+            if mailbox_status(e.get("status").and_then(Value::as_str)) {
+                What::SoftBounce
+            } else {
+                What::Deferred
+            }
+        }
         "bounce" => What::HardBounce,
         "dropped" => match e.get("reason").and_then(Value::as_str) {
             Some(
@@ -93,5 +101,6 @@ fn one(e: &Value) -> Option<Event> {
             .and_then(|m| m.split('.').next())
             .map(str::to_string),
         email: text_of(e.get("email")),
+        occurred_at: time_of(e.get("timestamp")),
     })
 }

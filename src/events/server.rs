@@ -35,10 +35,12 @@ use super::sendgrid::SendGrid;
 use super::sns::{Sns, Verified};
 use super::{mailgun, postmark, resend, sendgrid, Event, Refused};
 use crate::http::{Budget, NotRead};
+use crate::metrics::{BRAKES_TOTAL, SOFT_BOUNCE_SUPPRESSIONS_TOTAL};
 use crate::metrics::{
     EVENTS_REFUSED_TOTAL, EVENTS_TOTAL, EVENTS_UNAVAILABLE_TOTAL, EVENTS_UNREAD_TOTAL,
 };
 use crate::store::events::{self, NotRecorded, Recorded};
+use crate::store::soft_bounces;
 
 /// The vendors this server listens for (those whose secret is configured), and its bounds.
 pub struct Listeners {
@@ -52,6 +54,8 @@ pub struct Listeners {
     pub bodies: Budget,
     /// `EVENTS_DB_TIMEOUT_MS`: how long a request waits for the database before 503.
     pub db_timeout: Duration,
+    /// The brake's lines and the soft-bounce rule ([`crate::config::BrakeConfig`]).
+    pub rules: crate::config::BrakeConfig,
     /// `UNSUBSCRIBE_SECRET`: one-click unsubscribes with our links are honoured
     /// (`/unsubscribe/{token}`, [`super::one_click`]); 404 there without it.
     pub one_click: Option<crate::unsubscribe::Signer>,
@@ -124,8 +128,13 @@ pub fn start_counters_at_zero(l: &Listeners) {
     }
 }
 
-/// Prunes Mailgun tokens past their age bound, every minute, until `stop`.
-pub async fn prune_tokens(pool: PgPool, stop: tokio_util::sync::CancellationToken) {
+/// Prunes, every minute until `stop`, Mailgun tokens past their age bound and soft bounces
+/// past `soft_bounce_window_s` (they count no more).
+pub async fn prune(
+    pool: PgPool,
+    soft_bounce_window_s: u64,
+    stop: tokio_util::sync::CancellationToken,
+) {
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
@@ -133,6 +142,9 @@ pub async fn prune_tokens(pool: PgPool, stop: tokio_util::sync::CancellationToke
         }
         if let Err(e) = events::prune_tokens(&pool, mailgun::MAX_AGE_S).await {
             warn!(error = %e, "pruning webhook tokens failed; the next minute tries again");
+        }
+        if let Err(e) = soft_bounces::prune(&pool, soft_bounce_window_s).await {
+            warn!(error = %e, "pruning old soft bounces failed; the next minute tries again");
         }
     }
 }
@@ -178,7 +190,13 @@ async fn receive(
     let events = storable(vendor, events);
     let recorded = tokio::time::timeout(
         app.listeners.db_timeout,
-        events::record(&app.pool, vendor, &events, token.as_deref()),
+        events::record(
+            &app.pool,
+            vendor,
+            &events,
+            token.as_deref(),
+            &app.listeners.rules,
+        ),
     )
     .await;
     match recorded {
@@ -358,6 +376,21 @@ fn count(vendor: &str, events: &[Event], r: &Recorded) {
         let campaign = e.campaign_id.clone().unwrap_or_default();
         counter!(EVENTS_TOTAL, "vendor" => vendor.to_string(), "campaign" => campaign, "what" => e.what.as_str())
             .increment(1);
+    }
+    for b in &r.braked {
+        let line = b.line.kind();
+        counter!(BRAKES_TOTAL, "campaign" => b.campaign_id.clone(), "line" => line).increment(1);
+        warn!(
+            campaign = %b.campaign_id,
+            line,
+            reason = %b.reason,
+            "the brake paused the campaign: its rate crossed the line; every worker stops \
+             within PAUSE_POLL_MS. Find the cause, then `campaign-sender resume` (docs/OPERATIONS.md)"
+        );
+    }
+    if r.soft_listed > 0 {
+        counter!(SOFT_BOUNCE_SUPPRESSIONS_TOTAL, "vendor" => vendor.to_string())
+            .increment(r.soft_listed);
     }
     let unmatched = r.unmatched();
     if unmatched > 0 {

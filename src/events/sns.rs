@@ -21,7 +21,7 @@ use serde_json::Value;
 use x509_cert::der::{DecodePem as _, Encode as _};
 use x509_cert::Certificate;
 
-use super::event::{member_of, text_of, Event, What};
+use super::event::{member_of, text_of, time_of, Event, What};
 use super::{BadBody, Refused};
 
 /// `SNS_CERT_URL_PATTERN`'s default: SNS's own hosts, over HTTPS, a `.pem` path.
@@ -220,8 +220,12 @@ pub fn parse_ses(message: &str, sns_id: &str) -> Result<Vec<Event>, BadBody> {
         "Delivery" => (What::Delivered, None),
         "DeliveryDelay" => (What::Deferred, None),
         "Bounce" => (
-            match e.pointer("/bounce/bounceType").and_then(Value::as_str) {
-                Some("Permanent") => What::HardBounce,
+            match (
+                e.pointer("/bounce/bounceType").and_then(Value::as_str),
+                e.pointer("/bounce/bounceSubType").and_then(Value::as_str),
+            ) {
+                (Some("Permanent"), _) => What::HardBounce,
+                (Some("Transient"), sub) if recipients_transient(sub) => What::SoftBounce,
                 _ => What::Deferred,
             },
             e.pointer("/bounce/bouncedRecipients"),
@@ -251,6 +255,18 @@ pub fn parse_ses(message: &str, sns_id: &str) -> Result<Vec<Event>, BadBody> {
         _ => vec![text_of(mail.and_then(|m| m.get("destination")))],
     };
     let many = emails.len() > 1;
+    // The event's own time, else the mail's.
+    let occurred_at = [
+        "bounce",
+        "complaint",
+        "delivery",
+        "deliveryDelay",
+        "open",
+        "click",
+    ]
+    .iter()
+    .find_map(|k| time_of(e.get(*k).and_then(|v| v.get("timestamp"))))
+    .or_else(|| time_of(mail.and_then(|m| m.get("timestamp"))));
     Ok(emails
         .into_iter()
         .enumerate()
@@ -265,6 +281,15 @@ pub fn parse_ses(message: &str, sns_id: &str) -> Result<Vec<Event>, BadBody> {
             member_id: member_of(tag("member_id")),
             message_id: text_of(mail.and_then(|m| m.get("messageId"))),
             email,
+            occurred_at,
         })
         .collect())
+}
+
+/// Whether an SES `Transient` bounce (SES's last word, after its retries; a `DeliveryDelay` is
+/// one of those retries) is the recipient's: `MailboxFull`, or `General` (the recipient's server
+/// refused for now). `MessageTooLarge`, `ContentRejected` and `AttachmentRejected` are about our
+/// mail, not the address.
+pub fn recipients_transient(sub_type: Option<&str>) -> bool {
+    matches!(sub_type, Some("MailboxFull" | "General"))
 }

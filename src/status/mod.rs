@@ -18,6 +18,7 @@ use sqlx::PgPool;
 
 use crate::store::account::{self, KeyState};
 use crate::store::archive::{self, Archived};
+use crate::store::brake::{self, Line, Lines, Tally};
 use crate::store::campaigns::{self, Pause};
 use crate::store::suppressions::Bucket;
 use crate::store::{CampaignCounts, Progress, Reason, RowState, Store};
@@ -25,6 +26,65 @@ use crate::window::{SendWindow, WindowState};
 
 /// Reasons listed per kind.
 pub const TOP_REASONS: i64 = 5;
+
+/// What a campaign without settings of its own is held to: `MAX_PERMANENT_FAILURE_RATIO` and
+/// the brake's lines ([`crate::config::BrakeConfig`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Defaults {
+    pub failure_ratio: f64,
+    pub lines: Lines,
+}
+
+impl Defaults {
+    /// `failure_ratio` (a flag's or the environment's) and the lines from the environment.
+    pub fn with_env_lines(failure_ratio: f64) -> Result<Self, crate::config::ConfigError> {
+        use crate::config::FromEnv as _;
+        Ok(Self {
+            failure_ratio,
+            lines: crate::config::BrakeConfig::from_env()?.lines(),
+        })
+    }
+
+    /// The documented defaults, for tests.
+    pub fn documented() -> Self {
+        Self {
+            failure_ratio: 0.01,
+            lines: crate::config::BrakeConfig::default().lines(),
+        }
+    }
+}
+
+/// A campaign's complaint and hard-bounce rates against its lines (the brake,
+/// [`crate::store::brake`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Reputation {
+    /// Mails sent, as the brake counts them.
+    pub sent: i64,
+    pub complaints: i64,
+    pub hard_bounces: i64,
+    pub complaint_rate: f64,
+    pub complaint_line: f64,
+    pub bounce_rate: f64,
+    pub bounce_line: f64,
+    /// Below this many mails sent the brake waits.
+    pub min_sent: i64,
+}
+
+impl Reputation {
+    fn of(t: &Tally, fleet: Lines) -> Self {
+        let lines = t.lines(fleet);
+        Self {
+            sent: t.sent,
+            complaints: t.complaints,
+            hard_bounces: t.hard_bounces,
+            complaint_rate: t.rate(Line::Complaint),
+            complaint_line: lines.complaint,
+            bounce_rate: t.rate(Line::Bounce),
+            bounce_line: lines.bounce,
+            min_sent: lines.min_sent,
+        }
+    }
+}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
@@ -72,6 +132,8 @@ pub struct Status {
     /// The vendor's events for the campaign (`campaign-sender events`): each funnel column of
     /// [`crate::events::FUNNEL`] with its count.
     pub funnel: Vec<(String, i64)>,
+    /// Its complaint and hard-bounce rates against its lines, once it has sent a mail.
+    pub reputation: Option<Reputation>,
 }
 
 /// The send window as `status` shows it.
@@ -162,13 +224,14 @@ fn with_archive(a: &Archived, live: &CampaignCounts) -> CampaignCounts {
     }
 }
 
-/// Reads everything `status` shows. `default_ratio` is `MAX_PERMANENT_FAILURE_RATIO` (the
-/// settings row's ratio wins).
+/// Reads everything `status` shows, under `defaults` (the settings row's own ratio and lines
+/// win).
 pub async fn gather(
     pool: &PgPool,
     campaign_id: &str,
-    default_ratio: f64,
+    defaults: Defaults,
 ) -> Result<Status, sqlx::Error> {
+    let default_ratio = defaults.failure_ratio;
     let store = Store::new(pool.clone(), campaign_id);
     let settings = campaigns::settings(pool, campaign_id).await?;
     let archived = archive::archived(pool, campaign_id).await?;
@@ -227,6 +290,9 @@ pub async fn gather(
         archived,
         progress,
         funnel: crate::store::events::funnel(pool, campaign_id).await?,
+        reputation: brake::tally(pool, campaign_id)
+            .await?
+            .map(|t| Reputation::of(&t, defaults.lines)),
     };
     Ok(status.halted())
 }
@@ -281,6 +347,7 @@ impl Status {
             unconfirmed_since: None,
             archived: None,
             funnel: vec![],
+            reputation: None,
         }
     }
 }

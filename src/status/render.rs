@@ -69,7 +69,46 @@ pub fn render(s: &Status) -> String {
     render_limits(&mut o, s);
     render_reasons(&mut o, s);
     render_funnel(&mut o, s);
+    render_reputation(&mut o, s);
     o
+}
+
+/// The complaint and hard-bounce rates against the lines the brake holds the campaign to.
+fn render_reputation(o: &mut String, s: &Status) {
+    if let Some(r) = &s.reputation {
+        let _ = writeln!(o, "lines      {}", lines(r));
+    }
+}
+
+/// `complaints 0.05 % (5 of 10 000), line 0.08 % · hard bounces …`, and when the brake waits.
+pub fn lines(r: &crate::status::Reputation) -> String {
+    use crate::store::brake::{grouped, percent};
+    let one = |what: &str, n: i64, rate: f64, line: f64| {
+        format!(
+            "{what} {} ({} of {}), line {}",
+            percent(rate),
+            grouped(n),
+            grouped(r.sent),
+            percent(line)
+        )
+    };
+    let mut text = format!(
+        "{} · {}",
+        one(
+            "complaints",
+            r.complaints,
+            r.complaint_rate,
+            r.complaint_line
+        ),
+        one("hard bounces", r.hard_bounces, r.bounce_rate, r.bounce_line)
+    );
+    if r.sent < r.min_sent {
+        text.push_str(&format!(
+            " (the brake waits for {} sent)",
+            grouped(r.min_sent)
+        ));
+    }
+    text
 }
 
 /// What the vendor's events said, once any came: accepted → delivered → bounced/complained.

@@ -235,8 +235,8 @@ pub async fn paused(pool: &PgPool, campaign_id: &str) -> Result<Option<Pause>, s
 /// - an existing pause is kept as it was (first pause wins: an `auto` pause's reason is not
 ///   overwritten by a later operator pause, nor the other way round);
 /// - the other settings of an existing row are untouched.
-pub async fn pause(
-    pool: &PgPool,
+pub async fn pause<'e>(
+    db: impl sqlx::PgExecutor<'e>,
     campaign_id: &str,
     by: &str,
     reason: Option<&str>,
@@ -256,7 +256,7 @@ pub async fn pause(
         .bind(campaign_id)
         .bind(by)
         .bind(reason)
-        .fetch_one(pool)
+        .fetch_one(db)
         .await?;
     Ok(row.pause().expect("paused_at was just set"))
 }
@@ -296,12 +296,16 @@ pub async fn set_settings(
     // language=PostgreSQL
     const SET: &str = r#"
         INSERT INTO campaigns AS c (campaign_id, template, max_permanent_failure_ratio,
-                                    from_address, reply_to)
-        VALUES ($1, $2, $3, $4, $5)
+                                    from_address, reply_to, max_complaint_ratio,
+                                    max_bounce_ratio)
+        VALUES ($1, $2, $3, $4, $5, $6, $7)
         ON CONFLICT (campaign_id) DO UPDATE
            SET template = coalesce(excluded.template, c.template),
                max_permanent_failure_ratio = coalesce(excluded.max_permanent_failure_ratio,
                                                       c.max_permanent_failure_ratio),
+               max_complaint_ratio = coalesce(excluded.max_complaint_ratio,
+                                              c.max_complaint_ratio),
+               max_bounce_ratio = coalesce(excluded.max_bounce_ratio, c.max_bounce_ratio),
                from_address = coalesce(excluded.from_address, c.from_address),
                reply_to = coalesce(excluded.reply_to, c.reply_to),
                updated_at = now()
@@ -312,6 +316,8 @@ pub async fn set_settings(
         .bind(asked.ratio)
         .bind(asked.from)
         .bind(asked.reply_to)
+        .bind(asked.complaint_line)
+        .bind(asked.bounce_line)
         .execute(pool)
         .await?;
     Ok(())
@@ -324,6 +330,9 @@ pub struct SettingsChange<'a> {
     pub ratio: Option<f64>,
     pub from: Option<&'a str>,
     pub reply_to: Option<&'a str>,
+    /// The brake's lines (`--max-complaint-ratio`, `--max-bounce-ratio`).
+    pub complaint_line: Option<f64>,
+    pub bounce_line: Option<f64>,
 }
 
 /// Sets (or, with `None`, clears) a campaign's send window (`configure --window`).

@@ -7,12 +7,19 @@
 //!    (a vendor's retry of a committed request changes nothing) — [`INSERT_NEW`];
 //! 3. of those, every address a bounce, complaint, unsubscribe or drop names is listed
 //!    ([`SUPPRESS`]): never removed here, so a delivery after a bounce lifts nothing;
-//! 4. and every row of ours one proves accepted whose attempt had an unknown outcome is `sent`
-//!    ([`SETTLE`]).
+//! 4. every row of ours one proves accepted whose attempt had an unknown outcome is `sent`
+//!    ([`SETTLE`]);
+//! 5. each soft bounce is kept, and an address with `SOFT_BOUNCE_LIMIT` of them in the window
+//!    is listed ([`super::soft_bounces`]);
+//! 6. and the campaigns' tallies take the rows settled and the complaints and hard bounces of
+//!    rows of ours; a campaign pushed over a line is paused ([`super::brake::weigh`]).
 
 use sqlx::{PgConnection, PgPool};
 
-use crate::events::{Event, FUNNEL};
+use super::brake::{self, Braked, Line};
+use super::soft_bounces::{self, SoftBounce};
+use crate::config::BrakeConfig;
+use crate::events::{Event, What, FUNNEL};
 
 /// What one request's events did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -23,6 +30,10 @@ pub struct Recorded {
     pub suppressed: u64,
     /// Rows settled as `sent`.
     pub settled: u64,
+    /// Addresses listed for their soft bounces.
+    pub soft_listed: u64,
+    /// Campaigns paused over a line.
+    pub braked: Vec<Braked>,
 }
 
 /// An event stored by this request.
@@ -52,12 +63,14 @@ pub enum NotRecorded {
     Database(#[from] sqlx::Error),
 }
 
-/// Records `events` of `vendor` in one transaction (`token`: Mailgun's, taken for them).
+/// Records `events` of `vendor` in one transaction (`token`: Mailgun's, taken for them), under
+/// the soft-bounce rule and the lines of `rules`.
 pub async fn record(
     pool: &PgPool,
     vendor: &str,
     events: &[Event],
     token: Option<&str>,
+    rules: &BrakeConfig,
 ) -> Result<Recorded, NotRecorded> {
     let mut tx = pool.begin().await?;
     if let Some(token) = token {
@@ -78,12 +91,69 @@ pub async fn record(
     let stored: Vec<&Event> = fresh.iter().map(|f| &events[f.at]).collect();
     let suppressed = suppress(&mut tx, vendor, &stored).await?;
     let settled = settle(&mut tx, &stored).await?;
+    let soft = soft_bounces_of(&stored);
+    let soft_listed = soft_bounces::record(
+        &mut tx,
+        vendor,
+        &soft,
+        rules.soft_bounce_limit,
+        rules.soft_bounce_window_s,
+    )
+    .await?;
+    let ours: Vec<&Event> = fresh
+        .iter()
+        .filter(|f| f.ours)
+        .map(|f| &events[f.at])
+        .collect();
+    let added = brake::Added {
+        sent: settled.clone(),
+        strikes: strikes_of(&ours),
+    };
+    let braked = brake::weigh(&mut tx, &added, rules.lines()).await?;
     tx.commit().await?;
     Ok(Recorded {
         fresh,
         suppressed,
-        settled,
+        settled: settled.iter().map(|(_, n)| *n as u64).sum(),
+        soft_listed,
+        braked,
     })
+}
+
+/// The soft bounces among `events`, each named by its message (else its row, else itself).
+fn soft_bounces_of<'a>(events: &[&'a Event]) -> Vec<SoftBounce<'a>> {
+    let now = chrono::Utc::now();
+    events
+        .iter()
+        .filter(|e| e.what == What::SoftBounce)
+        .filter_map(|e| {
+            let message = match (&e.message_id, &e.campaign_id, e.member_id) {
+                (Some(m), _, _) => format!("message:{m}"),
+                (None, Some(c), Some(m)) => format!("row:{c}:{m}"),
+                _ => format!("event:{}", e.id),
+            };
+            Some(SoftBounce {
+                email: e.email.as_deref()?,
+                message,
+                at: e.occurred_at.unwrap_or(now),
+            })
+        })
+        .collect()
+}
+
+/// The complaints and hard bounces among `events` (rows of ours), each with its line.
+fn strikes_of(events: &[&Event]) -> Vec<(String, i64, Line)> {
+    events
+        .iter()
+        .filter_map(|e| {
+            let line = match e.what {
+                What::Complaint => Line::Complaint,
+                What::HardBounce => Line::Bounce,
+                _ => return None,
+            };
+            Some((e.campaign_id.clone()?, e.member_id?, line))
+        })
+        .collect()
 }
 
 /// Takes `token` for `event_id`: true if it is new, or was taken for this same event (the
@@ -208,9 +278,14 @@ const SETTLE: &str = r#"
      WHERE t.campaign_id = e.campaign_id AND t.member_id = e.member_id
        AND t.unknown_since IS NOT NULL
        AND t.state IN ('unconfirmed', 'pending', 'sending')
+    RETURNING t.campaign_id
 "#;
 
-async fn settle(tx: &mut PgConnection, events: &[&Event]) -> Result<u64, sqlx::Error> {
+/// Settles what `events` prove accepted; returns the rows settled, per campaign.
+async fn settle(
+    tx: &mut PgConnection,
+    events: &[&Event],
+) -> Result<Vec<(String, i64)>, sqlx::Error> {
     let mut campaigns = Vec::new();
     let mut members = Vec::new();
     let mut messages = Vec::new();
@@ -222,15 +297,19 @@ async fn settle(tx: &mut PgConnection, events: &[&Event]) -> Result<u64, sqlx::E
         }
     }
     if campaigns.is_empty() {
-        return Ok(0);
+        return Ok(Vec::new());
     }
-    let r = sqlx::query(SETTLE)
+    let settled: Vec<String> = sqlx::query_scalar(SETTLE)
         .bind(&campaigns)
         .bind(&members)
         .bind(&messages)
-        .execute(&mut *tx)
+        .fetch_all(&mut *tx)
         .await?;
-    Ok(r.rows_affected())
+    let mut per: std::collections::BTreeMap<String, i64> = Default::default();
+    for c in settled {
+        *per.entry(c).or_default() += 1;
+    }
+    Ok(per.into_iter().collect())
 }
 
 /// A campaign's funnel: each column of [`FUNNEL`] with its count of events (zero included).

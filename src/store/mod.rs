@@ -15,6 +15,8 @@
 //! - [`suppressions`]: the provider's suppression list (`suppress`), and `resolve` of
 //!   `unconfirmed` rows; [`row_state`]: the states a row can be in;
 //! - [`events`]: `provider_events` and `webhook_tokens`, what the vendors' events do;
+//!   [`brake`]: `campaign_tallies`, each campaign's sent, complaints and hard bounces, and the
+//!   pause over a line; [`soft_bounces`]: soft bounces that age into a suppression;
 //! - [`connect`]: the pool and the migrations;
 //! - [`outage`]: the one retry rule for a database that does not answer.
 //!
@@ -28,6 +30,7 @@
 
 pub mod account;
 pub mod archive;
+pub mod brake;
 pub mod budgets;
 pub mod campaigns;
 pub mod connect;
@@ -40,6 +43,7 @@ pub mod outage;
 pub mod rate;
 pub mod roles;
 pub mod row_state;
+pub mod soft_bounces;
 pub mod suppressions;
 pub mod targets;
 

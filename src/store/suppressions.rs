@@ -117,12 +117,18 @@ pub struct Lifted {
 ///
 /// Invariants: only `suppressed` rows change (found through their partial index), so no sent,
 /// failed or claimed row is touched; a restored row is claimable at once (its opt-out, if any,
-/// still keeps it out of the work set).
+/// still keeps it out of the work set); an address lifted starts its soft bounces afresh (the
+/// ones that listed it would list it again at the next).
 pub async fn lift(tx: &mut PgConnection) -> Result<Lifted, sqlx::Error> {
     // language=PostgreSQL
     const REMOVE: &str = r#"
         DELETE FROM suppressions s
          WHERE s.email IN (SELECT email_fold(email) FROM suppress_rows)
+    "#;
+    // language=PostgreSQL
+    const FORGET_SOFT: &str = r#"
+        DELETE FROM soft_bounces b
+         WHERE b.email IN (SELECT email_fold(email) FROM suppress_rows)
     "#;
     // language=PostgreSQL
     const RESTORE: &str = r#"
@@ -132,6 +138,7 @@ pub async fn lift(tx: &mut PgConnection) -> Result<Lifted, sqlx::Error> {
            AND email_fold(t.email) IN (SELECT email_fold(email) FROM suppress_rows)
     "#;
     let removed = sqlx::query(REMOVE).execute(&mut *tx).await?.rows_affected();
+    sqlx::query(FORGET_SOFT).execute(&mut *tx).await?;
     let restored = sqlx::query(RESTORE)
         .execute(&mut *tx)
         .await?

@@ -448,7 +448,9 @@ impl Store {
     ///   its address is listed in `suppressions` (reason `inactive`; an existing entry and its
     ///   reason are kept), so no campaign mails it again;
     /// - a row written `unconfirmed` (an unknown outcome under a vendor without idempotency
-    ///   keys) is out of the work set at once: never sent again blindly.
+    ///   keys) is out of the work set at once: never sent again blindly;
+    /// - the rows written `sent` are added to the campaign's tally in the same statement, so
+    ///   the brake weighs complaints against every mail sent ([`crate::store::brake`]).
     pub async fn finish(
         &self,
         claim_id: Uuid,
@@ -510,6 +512,11 @@ impl Store {
                   FROM written
                  WHERE state = 'suppressed' AND email IS NOT NULL AND email <> ''
                 ON CONFLICT (email) DO NOTHING
+            ),
+            tallied AS (
+                INSERT INTO campaign_tallies AS c (campaign_id, sent)
+                SELECT $1, count(*) FROM written WHERE state = 'sent' HAVING count(*) > 0
+                ON CONFLICT (campaign_id) DO UPDATE SET sent = c.sent + excluded.sent
             )
             SELECT after_optout FROM written
         "#;

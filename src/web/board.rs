@@ -166,11 +166,16 @@ impl Board {
 
 /// Keeps `board` current until `stop`: a round of reads every second, each campaign read when
 /// it is due ([`Board::due`]). A campaign gone from the database leaves the board.
-pub async fn refresh(pool: PgPool, board: Arc<Board>, default_ratio: f64, stop: CancellationToken) {
+pub async fn refresh(
+    pool: PgPool,
+    board: Arc<Board>,
+    defaults: status::Defaults,
+    stop: CancellationToken,
+) {
     loop {
         let started = std::time::Instant::now();
         let result = tokio::select! {
-            r = round(&pool, &board, default_ratio) => r,
+            r = round(&pool, &board, defaults) => r,
             _ = stop.cancelled() => return,
         };
         match result {
@@ -203,7 +208,11 @@ async fn bounded<T>(
 }
 
 /// One round: the campaigns that exist, and a new read of each that is due.
-async fn round(pool: &PgPool, board: &Board, default_ratio: f64) -> Result<(), sqlx::Error> {
+async fn round(
+    pool: &PgPool,
+    board: &Board,
+    defaults: status::Defaults,
+) -> Result<(), sqlx::Error> {
     let names = bounded(board.read_timeout, campaigns::names(pool)).await?;
     board.write().views.retain(|id, _| names.contains(id));
     for id in names {
@@ -211,7 +220,7 @@ async fn round(pool: &PgPool, board: &Board, default_ratio: f64) -> Result<(), s
         if !board.due(old.as_ref(), Utc::now()) {
             continue;
         }
-        let view = bounded(board.read_timeout, read(pool, &id, old, default_ratio)).await?;
+        let view = bounded(board.read_timeout, read(pool, &id, old, defaults)).await?;
         board.write().views.insert(id, view);
     }
     Ok(())
@@ -223,9 +232,9 @@ async fn read(
     pool: &PgPool,
     id: &str,
     old: Option<View>,
-    default_ratio: f64,
+    defaults: status::Defaults,
 ) -> Result<View, sqlx::Error> {
-    let status = status::gather(pool, id, default_ratio).await?;
+    let status = status::gather(pool, id, defaults).await?;
     let sent = status.progress.counts.sent;
     let (history, history_at, history_sent) = match old {
         Some(o)

@@ -18,19 +18,7 @@ use crate::status::{budget, duration, Status};
 
 /// `1 200 000`: digits in groups of three, thin-spaced.
 pub fn grouped(n: i64) -> String {
-    let digits = n.unsigned_abs().to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push('\u{2009}');
-        }
-        out.push(c);
-    }
-    if n < 0 {
-        format!("-{out}")
-    } else {
-        out
-    }
+    crate::shown::grouped(n, '\u{2009}')
 }
 
 /// What a path segment may hold as it is; everything else is percent-encoded (RFC 3986's
@@ -323,6 +311,7 @@ pub fn campaign(board: &Board, v: &View, now: DateTime<Utc>) -> Markup {
                 }
                 div.trio {
                     (funnel(s))
+                    (reputation(s))
                     (reasons("Top failure reasons", &s.failures))
                     (reasons("Waiting to retry, by last answer", &s.retrying))
                     (suppressed(s))
@@ -384,6 +373,45 @@ fn funnel(s: &Status) -> Markup {
                     }
                 }
             }
+        }
+    } }
+}
+
+/// The complaint and hard-bounce rates against the lines the brake holds the campaign to.
+fn reputation(s: &Status) -> Markup {
+    use crate::store::brake::percent;
+    let Some(r) = &s.reputation else {
+        return html! {};
+    };
+    let rows = [
+        (
+            "complaints",
+            r.complaints,
+            r.complaint_rate,
+            r.complaint_line,
+        ),
+        ("hard bounces", r.hard_bounces, r.bounce_rate, r.bounce_line),
+    ];
+    html! { section #lines {
+        h2 { "Against the mailbox providers' lines" }
+        table.counts {
+            caption.visually-hidden { "Complaint and hard-bounce rates, and the lines that pause the campaign" }
+            thead { tr { th { "" } td.num { "count" } td.num { "rate" } td.num { "line" } } }
+            tbody {
+                @for (what, n, rate, line) in rows {
+                    tr.over[rate > line && r.sent >= r.min_sent] {
+                        th scope="row" { (what) }
+                        td.num { (grouped(n)) }
+                        td.num { (percent(rate)) }
+                        td.num.muted { (percent(line)) }
+                    }
+                }
+            }
+        }
+        p.muted {
+            "of " (grouped(r.sent)) " sent"
+            @if r.sent < r.min_sent { "; the brake waits for " (grouped(r.min_sent)) " sent" }
+            ". Over a line, the campaign is paused (docs/OPERATIONS.md, “The brake”)."
         }
     } }
 }

@@ -74,6 +74,7 @@ pub(crate) fn listeners(official_sendgrid: bool) -> Listeners {
         sns: None,
         bodies: Budget::new(64 * 1024, 16 * 1024 * 1024, Duration::from_secs(10)),
         db_timeout: Duration::from_secs(2),
+        rules: Default::default(),
         one_click: Some(campaign_sender::unsubscribe::Signer::new(ONE_CLICK[1].1).unwrap()),
     }
 }
@@ -234,8 +235,14 @@ async fn sendgrid_events_as_sendgrid_signs_them_suppress_and_settle_and_tamperin
         .unwrap();
     let n = |c: &str| funnel.iter().find(|(k, _)| k == c).unwrap().1;
     assert_eq!(
-        (n("delivered"), n("bounced_hard"), n("bounced_soft")),
-        (1, 1, 1)
+        (
+            n("delivered"),
+            n("bounced_hard"),
+            n("deferred"),
+            n("bounced_soft")
+        ),
+        (1, 1, 1, 0),
+        "a block without a mailbox status is not the recipient's: deferred, no soft bounce"
     );
     // `status`, as the operator role runs it, shows the funnel.
     let db = operator_url(&pool).await;
@@ -246,7 +253,9 @@ async fn sendgrid_events_as_sendgrid_signs_them_suppress_and_settle_and_tamperin
     .await;
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.contains("events     accepted 0 · delivered 1 · bounced soft 1 · bounced hard 1"),
+        out.contains(
+            "events     accepted 0 · delivered 1 · deferred 1 · bounced soft 0 · bounced hard 1"
+        ),
         "{out}"
     );
 }

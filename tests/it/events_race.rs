@@ -20,6 +20,7 @@ fn bounce(id: &str, member: i64) -> Event {
         member_id: Some(member),
         message_id: None,
         email: Some(format!("member{member}@example.com")),
+        occurred_at: None,
     }
 }
 
@@ -36,7 +37,16 @@ async fn a_mailgun_retry_reaching_two_replicas_at_once_is_a_retry_on_both(pool: 
         .unwrap();
     let b = {
         let (pool, events) = (pool.clone(), events.clone());
-        tokio::spawn(async move { record(&pool, "mailgun", &events, Some("tok-1")).await })
+        tokio::spawn(async move {
+            record(
+                &pool,
+                "mailgun",
+                &events,
+                Some("tok-1"),
+                &Default::default(),
+            )
+            .await
+        })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!b.is_finished(), "B did not wait for A's uncommitted token");
@@ -47,7 +57,14 @@ async fn a_mailgun_retry_reaching_two_replicas_at_once_is_a_retry_on_both(pool: 
         "a retry racing another replica was refused: {got:?}"
     );
     // The same token for another event is still a replay.
-    let other = record(&pool, "mailgun", &[bounce("mg-2", 2)], Some("tok-1")).await;
+    let other = record(
+        &pool,
+        "mailgun",
+        &[bounce("mg-2", 2)],
+        Some("tok-1"),
+        &Default::default(),
+    )
+    .await;
     assert!(matches!(other, Err(NotRecorded::TokenReused)), "{other:?}");
 }
 

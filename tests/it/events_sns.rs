@@ -88,6 +88,7 @@ fn listeners() -> Listeners {
         sns: Some(Sns::new(vec![TOPIC.into()], r"^http://127\.0\.0\.1:\d+/[^?#]+\.pem$").unwrap()),
         bodies: Budget::new(256 * 1024, 16 * 1024 * 1024, Duration::from_secs(10)),
         db_timeout: Duration::from_secs(2),
+        rules: Default::default(),
         one_click: None,
     }
 }

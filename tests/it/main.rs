@@ -6,6 +6,7 @@ mod helpers;
 
 mod account;
 mod archive;
+mod brake;
 mod claim;
 mod dark;
 mod docs;

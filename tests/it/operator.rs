@@ -222,7 +222,9 @@ async fn serve_waits_on_an_automatic_pause_instead_of_crash_looping(pool: PgPool
 async fn crossing_the_failure_threshold_pauses_the_campaign_and_status_says_why(pool: PgPool) {
     let (p, report) = run_against_an_unavailable_provider(&pool, 2000).await;
     assert_eq!(report.exit_code, exit::Exit::TooManyFailures, "{report:?}");
-    let s = status::gather(&pool, CAMPAIGN, 0.01).await.unwrap();
+    let s = status::gather(&pool, CAMPAIGN, status::Defaults::documented())
+        .await
+        .unwrap();
     let pause = s.paused.clone().expect("not paused");
     assert_eq!(pause.by, campaigns::BY_AUTO);
     assert!(
@@ -445,7 +447,9 @@ async fn status_lists_live_workers_with_their_rate_share(pool: PgPool) {
     };
     let t0 = Instant::now();
     let s = loop {
-        let s = status::gather(&pool, CAMPAIGN, 0.01).await.unwrap();
+        let s = status::gather(&pool, CAMPAIGN, status::Defaults::documented())
+            .await
+            .unwrap();
         if s.limits.first().is_some_and(|k| !k.members.is_empty()) && s.rate_per_s > 0.0 {
             break s;
         }

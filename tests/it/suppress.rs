@@ -199,8 +199,9 @@ async fn folded_listing_stops_its_row(pool: &PgPool) {
         member_id: None,
         message_id: None,
         email: Some("BJÖRN@EXAMPLE.COM".into()),
+        occurred_at: None,
     };
-    events::record(pool, "sendgrid", &[bounce], None)
+    events::record(pool, "sendgrid", &[bounce], None, &Default::default())
         .await
         .unwrap();
     sqlx::query(

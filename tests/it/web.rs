@@ -40,7 +40,12 @@ async fn serve_in(
         .unwrap();
     let b = Board::new(Duration::from_secs(1), timeout, zone);
     let stop = CancellationToken::new();
-    tokio::spawn(board::refresh(pool, b.clone(), 0.01, stop.clone()));
+    tokio::spawn(board::refresh(
+        pool,
+        b.clone(),
+        campaign_sender::status::Defaults::documented(),
+        stop.clone(),
+    ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let app = campaign_sender::web::router(b.clone(), logins);
@@ -232,9 +237,13 @@ async fn the_api_answers_what_status_json_prints(pool: PgPool) {
     let (code, _, body) = get(&format!("{base}/api/campaigns/spring")).await;
     assert_eq!(code, 200);
     let api: serde_json::Value = serde_json::from_str(&body).unwrap();
-    let status = campaign_sender::status::gather(&pool, "spring", 0.01)
-        .await
-        .unwrap();
+    let status = campaign_sender::status::gather(
+        &pool,
+        "spring",
+        campaign_sender::status::Defaults::documented(),
+    )
+    .await
+    .unwrap();
     let cli = serde_json::to_value(&status).unwrap();
     let keys = |v: &serde_json::Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
     assert_eq!(keys(&api), keys(&cli));

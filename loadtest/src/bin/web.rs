@@ -138,9 +138,11 @@ async fn pages(a: &Args, pool: &sqlx::PgPool, base: &str) -> anyhow::Result<serd
     let first_round_s = t0.elapsed().as_secs_f64();
     let mut reads = serde_json::Map::new();
     for id in [LIVE, "finished_01"] {
-        campaign_sender::status::gather(pool, id, 0.01).await?; // warm, as the board's are
+        campaign_sender::status::gather(pool, id, campaign_sender::status::Defaults::documented())
+            .await?; // warm, as the board's are
         let t = Instant::now();
-        campaign_sender::status::gather(pool, id, 0.01).await?;
+        campaign_sender::status::gather(pool, id, campaign_sender::status::Defaults::documented())
+            .await?;
         let status_ms = ms(t.elapsed());
         let t = Instant::now();
         let minutes = Store::new(pool.clone(), id).sent_per_minute().await?;
