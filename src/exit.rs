@@ -29,8 +29,9 @@ pub enum Exit {
     /// Permanent failures above `MAX_PERMANENT_FAILURE_RATIO` of the campaign: a person must
     /// look.
     TooManyFailures = 2,
-    /// The campaign is paused (`campaign-sender pause`): nothing was sent, or the run stopped
-    /// when the pause was seen. `campaign-sender resume` and a rerun continue. A Job fails on
+    /// The campaign is paused (`campaign-sender pause`, or `events`' brake over a complaint or
+    /// bounce line, `crate::store::brake`): nothing was sent, or the run stopped when the pause
+    /// was seen. `campaign-sender resume` and a rerun continue. A Job fails on
     /// it (podFailurePolicy) instead of retrying a pod that would stop again at once.
     Paused = 3,
     /// The provider refused the account (401/403: the API key) or the endpoint (404/405:

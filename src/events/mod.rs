@@ -73,4 +73,6 @@ pub fn funnel_of(what: &str) -> Option<&'static str> {
 }
 
 #[cfg(test)]
+mod soft_bounce_tests;
+#[cfg(test)]
 mod verify_tests;

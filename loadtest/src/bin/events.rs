@@ -1,9 +1,11 @@
 //! `events`: how many vendor events a second `campaign-sender events` records, with PostgreSQL
 //! beside it on this machine — SendGrid-style signed batches (ECDSA per request) and Resend-style
-//! single events (Svix HMAC per request). Starts the real binary on 127.0.0.1 against a fresh
+//! single events (Svix HMAC per request), and one-click unsubscribes (RFC 8058 POSTs to our own
+//! signed links, each opting a row out and listing its address). Starts the real binary on 127.0.0.1 against a fresh
 //! migrated database with `--targets` rows; each phase posts for `--seconds` from `--concurrency`
 //! clients, every event new (unique ids; 5 % bounces that list an address, the rest deliveries
-//! and opens of real rows); then checks that every event answered 200 is stored exactly once.
+//! and opens of real rows; each click a different member); then checks that every event
+//! answered 200 is stored exactly once, and every click committed.
 //! Prints one JSON line per phase and a summary; exits 1 if an event was lost or doubled.
 //!   DATABASE_URL=… events [--seconds 20] [--batch 500] [--targets 200000]
 
@@ -22,6 +24,8 @@ use serde_json::json;
 use sha2::Sha256;
 
 const CAMPAIGN: &str = "events_bench";
+/// The one-click links' secret of this run.
+const UNSUBSCRIBE_SECRET: &str = "campaign-sender events bench unsubscribe secret";
 
 #[derive(Parser, Debug)]
 struct Args {
@@ -36,7 +40,7 @@ struct Args {
     /// Clients posting batches at once.
     #[arg(long, default_value_t = 4)]
     batch_concurrency: usize,
-    /// Clients posting single events at once.
+    /// Clients posting single events at once (and one-click unsubscribes).
     #[arg(long, default_value_t = 32)]
     single_concurrency: usize,
     /// Rows of the campaign the events are about.
@@ -59,6 +63,7 @@ struct Tally {
 struct Keys {
     sendgrid: p256::ecdsa::SigningKey,
     resend: Vec<u8>,
+    one_click: campaign_sender::unsubscribe::Signer,
 }
 
 fn b64(b: &[u8]) -> String {
@@ -109,6 +114,8 @@ async fn main() -> anyhow::Result<()> {
     let keys = Arc::new(Keys {
         sendgrid: p256::ecdsa::SigningKey::from_bytes(&[9u8; 32].into())?,
         resend: b"campaign-sender events bench key".to_vec(),
+        one_click: campaign_sender::unsubscribe::Signer::new(UNSUBSCRIBE_SECRET)
+            .map_err(anyhow::Error::msg)?,
     });
     let spki = keys.sendgrid.verifying_key().to_public_key_der()?;
     let addr = format!("127.0.0.1:{}", a.port);
@@ -125,6 +132,7 @@ async fn main() -> anyhow::Result<()> {
             "RESEND_WEBHOOK_SECRET",
             format!("whsec_{}", b64(&keys.resend)),
         )
+        .env("UNSUBSCRIBE_SECRET", UNSUBSCRIBE_SECRET)
         .stdout(Stdio::null())
         .spawn()
         .context("start campaign-sender events")?;
@@ -139,7 +147,7 @@ async fn main() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let mut ok = true;
-    for phase in ["batched", "single"] {
+    for phase in ["batched", "single", "one-click"] {
         let tally = Arc::new(Tally::default());
         let next = Arc::new(AtomicU64::new(0));
         let (clients, per) = match phase {
@@ -161,7 +169,15 @@ async fn main() -> anyhow::Result<()> {
             tasks.push(tokio::spawn(async move {
                 while Instant::now() < until {
                     let first = next.fetch_add(per as u64, Ordering::Relaxed);
-                    let req = if phase == "batched" {
+                    if phase == "one-click" && first >= targets as u64 {
+                        break; // every member clicked once
+                    }
+                    let req = if phase == "one-click" {
+                        let token = keys.one_click.token(CAMPAIGN, first as i64 + 1);
+                        http.post(format!("{base}/unsubscribe/{token}"))
+                            .header("Content-Type", "application/x-www-form-urlencoded")
+                            .body("List-Unsubscribe=One-Click")
+                    } else if phase == "batched" {
                         let body = sendgrid_batch(phase, first, per, targets);
                         let ts = loadtest::unix_ms() / 1000;
                         let sig: p256::ecdsa::Signature =
@@ -207,16 +223,25 @@ async fn main() -> anyhow::Result<()> {
             t.await?;
         }
         let elapsed = started.elapsed().as_secs_f64();
-        let vendor = if phase == "batched" {
-            "sendgrid"
-        } else {
-            "resend"
+        let vendor = match phase {
+            "batched" => "sendgrid",
+            "single" => "resend",
+            _ => "one-click",
         };
-        let stored: i64 =
+        // A click is committed when its row is opted out (and its address listed, same
+        // transaction); an event when it is stored.
+        let stored: i64 = if phase == "one-click" {
+            sqlx::query_scalar(
+                "SELECT count(*) FROM campaign_targets WHERE opted_out_at IS NOT NULL",
+            )
+            .fetch_one(&pool)
+            .await?
+        } else {
             sqlx::query_scalar("SELECT count(*) FROM provider_events WHERE vendor = $1")
                 .bind(vendor)
                 .fetch_one(&pool)
-                .await?;
+                .await?
+        };
         let events_ok = tally.events_ok.load(Ordering::Relaxed);
         let mut lat = tally.latency_us.lock().unwrap().clone();
         lat.sort_unstable();
