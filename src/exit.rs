@@ -1,7 +1,7 @@
 //! Exit codes: the contract with Kubernetes Job semantics, and the one rule that maps how a run
 //! stopped to its code ([`code`]).
 //!
-//! A Job's `podFailurePolicy` (manifests/overlays/indexed-job) fails the Job on 2, 3, 4 and 78
+//! A Job's `podFailurePolicy` (manifests/overlays/indexed-job) fails the Job on 2, 3, 4, 64 and 78
 //! (a person must act) and retries the pod on 1 and 75, which simply continues where this one
 //! stopped. `tests/it/manifests.rs` checks that every code here is handled there.
 
@@ -39,6 +39,10 @@ pub enum Exit {
     /// URL, then `campaign-sender resume` and rerun. A Job fails on it (podFailurePolicy)
     /// rather than retrying pods into more refusals.
     AccountRefused = 4,
+    /// The command line itself is wrong (sysexits' `EX_USAGE`): an unknown command or flag, a
+    /// missing argument. Nothing was done. Not 2, clap's own code, which is ours for "too many
+    /// failures": a typo in a Job's arguments must not read as failed mail. A Job fails on it.
+    Usage = 64,
     /// `import`, `suppress`: the input has invalid or repeated lines, or no records, and
     /// nothing was imported.
     DataError = 65,
@@ -56,12 +60,13 @@ pub enum Exit {
 
 impl Exit {
     /// Every code, for the manifests' check that each is handled.
-    pub const ALL: [Exit; 10] = [
+    pub const ALL: [Exit; 11] = [
         Exit::Done,
         Exit::Incomplete,
         Exit::TooManyFailures,
         Exit::Paused,
         Exit::AccountRefused,
+        Exit::Usage,
         Exit::DataError,
         Exit::NoInput,
         Exit::DatabaseUnavailable,
@@ -149,7 +154,7 @@ mod tests {
     #[test]
     fn each_exit_is_its_number_in_the_process_status_and_the_report() {
         let numbers: Vec<u8> = Exit::ALL.iter().map(|e| e.code()).collect();
-        assert_eq!(numbers, [0, 1, 2, 3, 4, 65, 66, 75, 77, 78]);
+        assert_eq!(numbers, [0, 1, 2, 3, 4, 64, 65, 66, 75, 77, 78]);
         assert_eq!(serde_json::json!(Exit::Config), 78);
     }
 

@@ -28,13 +28,14 @@ fn main() -> std::process::ExitCode {
 
 /// A command line that cannot be honoured: help and version print and exit 0; a value that is
 /// not what an option takes (a malformed window, an unknown time zone) is bad configuration,
-/// exit 78; any other mistake in the command line, clap's usage code (2).
+/// exit 78; any other mistake in the command line is a usage error, 64 (never clap's 2, which
+/// is our "too many failures").
 fn parse_failure(e: clap::Error) -> std::process::ExitCode {
     use clap::error::ErrorKind;
     let code = match e.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => 0,
         ErrorKind::ValueValidation | ErrorKind::InvalidValue => Exit::Config.code(),
-        _ => 2,
+        _ => Exit::Usage.code(),
     };
     let _ = e.print();
     std::process::ExitCode::from(code)

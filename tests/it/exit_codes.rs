@@ -153,6 +153,42 @@ async fn bad_config_gives_78_and_names_the_variable(pool: PgPool) {
     assert_eq!(touched, 0);
 }
 
+/// A mistake in the command line itself is a usage error, 64 — never 2, which says "too many
+/// failures" to an operator and to the Job's failure policy; help is 0; a malformed value of a
+/// flag is bad configuration, 78. Nothing connects (the URL points nowhere).
+#[tokio::test]
+async fn a_usage_error_exits_64_never_the_failures_code() {
+    let nowhere = "postgres://nobody@127.0.0.1:9/none";
+    for args in [
+        &["rnu"][..],
+        &["run", "--no-such-flag"],
+        &["status"],
+        &["pause"],
+    ] {
+        let (code, _, err) =
+            finish(spawn_sender(args, nowhere, &[]), Duration::from_secs(30)).await;
+        assert_eq!(code, exit::Exit::Usage as i32, "{args:?}: {err}");
+        assert!(err.contains("Usage"), "{args:?}: no usage said: {err}");
+    }
+    let (code, out, _) = finish(
+        spawn_sender(&["--help"], nowhere, &[]),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(code, 0);
+    assert!(out.contains("Usage"));
+    let (code, _, err) = finish(
+        spawn_sender(
+            &["configure", "--campaign", "c", "--window", "25:00-26:00"],
+            nowhere,
+            &[],
+        ),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(code, exit::Exit::Config as i32, "{err}");
+}
+
 /// No server at DATABASE_URL at start: bounded retries (DB_CONNECT_RETRY_S), then exit 75 with
 /// one line that says what to check — never the password, never a request to the provider.
 /// A run with `DB_CONNECT_RETRY_S=2` kept trying for the whole limit, and not much longer.

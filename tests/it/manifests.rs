@@ -144,6 +144,7 @@ fn the_pod_failure_policy_fails_the_job_on_exactly_the_codes_a_person_must_act_o
             exit::Exit::TooManyFailures
             | exit::Exit::Paused
             | exit::Exit::AccountRefused
+            | exit::Exit::Usage
             | exit::Exit::Config => true,
             exit::Exit::Done
             | exit::Exit::Incomplete
