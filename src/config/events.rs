@@ -12,6 +12,7 @@ use crate::events::resend::Resend;
 use crate::events::sendgrid::SendGrid;
 use crate::events::server::Listeners;
 use crate::events::sns::{Sns, DEFAULT_CERT_URL_PATTERN};
+use crate::events::webhook::Webhook;
 use crate::http::{Budget, Doors};
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -135,13 +136,7 @@ impl FromEnv for EventsConfig {
             ));
         }
         let l = self.listeners()?;
-        if l.sendgrid.is_none()
-            && l.resend.is_none()
-            && l.mailgun.is_none()
-            && l.postmark.is_none()
-            && l.sns.is_none()
-            && l.one_click.is_none()
-        {
+        if l.webhooks.is_empty() && l.one_click.is_none() {
             return Err(ConfigError::new(
                 "SENDGRID_WEBHOOK_PUBLIC_KEY",
                 "no vendor is configured: set the webhook secret of yours (SENDGRID_WEBHOOK_PUBLIC_KEY, \
@@ -221,12 +216,18 @@ impl EventsConfig {
             }
             None => None,
         };
+        let webhooks: Vec<Box<dyn Webhook>> = [
+            sendgrid.map(|w| Box::new(w) as Box<dyn Webhook>),
+            sns.map(|w| Box::new(w) as Box<dyn Webhook>),
+            postmark.map(|w| Box::new(w) as Box<dyn Webhook>),
+            mailgun.map(|w| Box::new(w) as Box<dyn Webhook>),
+            resend.map(|w| Box::new(w) as Box<dyn Webhook>),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         Ok(Listeners {
-            sendgrid,
-            resend,
-            mailgun,
-            postmark,
-            sns,
+            webhooks,
             bodies: Budget::new(
                 self.events_max_body_bytes as usize,
                 self.events_body_memory_bytes as usize,

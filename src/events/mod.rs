@@ -6,7 +6,9 @@
 //! - one file per vendor, each its authentication and its events: [`sendgrid`] (ECDSA P-256),
 //!   [`resend`] (Svix HMAC), [`mailgun`] (HMAC of timestamp + token), [`postmark`] (basic auth),
 //!   [`sns`] (SES through SNS: RSA with the certificate from `SigningCertURL`, the topic pinned,
-//!   the subscription handshake);
+//!   the subscription handshake); each is a [`webhook::Webhook`] to the server, which is built
+//!   from the list of those configured (`EventsConfig::listeners`): a vendor is its file and one
+//!   entry there;
 //! - [`one_click`]: `/unsubscribe/{token}`, one-click unsubscribe (RFC 8058) with our links;
 //! - [`server`]: the HTTP server (`POST /events/{vendor}`, `GET /healthz`), its bounds and its
 //!   answers: 2xx only after the commit, 401/403 for a request that does not authenticate
@@ -21,6 +23,7 @@ pub mod resend;
 pub mod sendgrid;
 pub mod server;
 pub mod sns;
+pub mod webhook;
 
 use axum::http::HeaderMap;
 

@@ -26,14 +26,10 @@ use axum::routing::{get, post};
 use axum::Router;
 use metrics::counter;
 use sqlx::PgPool;
-use tracing::{info, warn};
+use tracing::warn;
 
-use super::mailgun::Mailgun;
-use super::postmark::Postmark;
-use super::resend::Resend;
-use super::sendgrid::SendGrid;
-use super::sns::{Sns, Verified};
-use super::{mailgun, postmark, resend, sendgrid, Event, Refused};
+use super::webhook::{Delivery, Webhook};
+use super::{mailgun, Event, Refused};
 use crate::http::{Budget, NotRead};
 use crate::metrics::{BRAKES_TOTAL, SOFT_BOUNCE_SUPPRESSIONS_TOTAL};
 use crate::metrics::{
@@ -44,11 +40,8 @@ use crate::store::soft_bounces;
 
 /// The vendors this server listens for (those whose secret is configured), and its bounds.
 pub struct Listeners {
-    pub sendgrid: Option<SendGrid>,
-    pub resend: Option<Resend>,
-    pub mailgun: Option<Mailgun>,
-    pub postmark: Option<Postmark>,
-    pub sns: Option<Sns>,
+    /// One per vendor configured, each at `/events/{vendor}` ([`Webhook::vendor`]).
+    pub webhooks: Vec<Box<dyn Webhook>>,
     /// How bodies are read: `EVENTS_MAX_BODY_BYTES` (413 over it),
     /// `EVENTS_BODY_MEMORY_BYTES`, `EVENTS_READ_TIMEOUT_MS`.
     pub bodies: Budget,
@@ -97,16 +90,15 @@ pub fn router(pool: PgPool, listeners: Listeners) -> Router {
 impl Listeners {
     /// The vendors listened for, as their paths name them.
     pub fn vendors(&self) -> Vec<&'static str> {
-        [
-            ("sendgrid", self.sendgrid.is_some()),
-            ("ses", self.sns.is_some()),
-            ("postmark", self.postmark.is_some()),
-            ("mailgun", self.mailgun.is_some()),
-            ("resend", self.resend.is_some()),
-        ]
-        .into_iter()
-        .filter_map(|(v, on)| on.then_some(v))
-        .collect()
+        self.webhooks.iter().map(|w| w.vendor()).collect()
+    }
+
+    /// The webhook at `/events/{vendor}`, if that vendor is configured.
+    pub fn webhook(&self, vendor: &str) -> Option<&dyn Webhook> {
+        self.webhooks
+            .iter()
+            .find(|w| w.vendor() == vendor)
+            .map(|w| w.as_ref())
     }
 }
 
@@ -156,36 +148,27 @@ fn now_s() -> i64 {
         .unwrap_or_default()
 }
 
-/// What authenticating a request gave: its events (and Mailgun's token), or an answer now.
-enum Authenticated {
-    Events(Vec<Event>, Option<String>),
-    Answer(StatusCode),
-}
-
 async fn receive(
     State(app): State<Arc<App>>,
     Path(vendor): Path<String>,
     request: Request,
 ) -> StatusCode {
-    let vendor = vendor.as_str();
     let (head, body) = request.into_parts();
     let headers = head.headers;
-    match check_head(&app.listeners, vendor, &headers) {
-        Ok(()) => {}
+    let webhook = match check_head(&app.listeners, &vendor, &headers) {
+        Ok(w) => w,
         Err(Early::Answer(code)) => return code,
-        Err(Early::Refused(refused)) => return refuse(vendor, refused),
-    }
+        Err(Early::Refused(refused)) => return refuse(&vendor, refused),
+    };
+    let vendor = webhook.vendor();
     let body = match app.listeners.bodies.read(&headers, body).await {
         Ok(held) => held,
         Err(not_read) => return unread(vendor, not_read),
     };
-    let authenticated = match authenticate(&app.listeners, vendor, &headers, &body.bytes).await {
-        Ok(a) => a,
+    let (events, token) = match webhook.receive(&headers, &body.bytes, now_s()).await {
+        Ok(Delivery::Events { events, token }) => (events, token),
+        Ok(Delivery::Answer(code)) => return code,
         Err(refused) => return refuse(vendor, refused),
-    };
-    let (events, token) = match authenticated {
-        Authenticated::Answer(code) => return code,
-        Authenticated::Events(e, t) => (e, t),
     };
     let events = storable(vendor, events);
     let recorded = tokio::time::timeout(
@@ -207,7 +190,7 @@ async fn receive(
         Ok(Err(NotRecorded::TokenReused)) => refuse(vendor, Refused::Replayed),
         Ok(Err(NotRecorded::Database(e))) => {
             warn!(vendor, error = %e, "an event could not be recorded; answered 503, the vendor retries");
-            counter!(EVENTS_UNAVAILABLE_TOTAL, "vendor" => vendor.to_string()).increment(1);
+            counter!(EVENTS_UNAVAILABLE_TOTAL, "vendor" => vendor).increment(1);
             StatusCode::SERVICE_UNAVAILABLE
         }
         Err(_) => {
@@ -216,7 +199,7 @@ async fn receive(
                 timeout_ms = app.listeners.db_timeout.as_millis() as u64,
                 "the database did not answer in time; answered 503, the vendor retries"
             );
-            counter!(EVENTS_UNAVAILABLE_TOTAL, "vendor" => vendor.to_string()).increment(1);
+            counter!(EVENTS_UNAVAILABLE_TOTAL, "vendor" => vendor).increment(1);
             StatusCode::SERVICE_UNAVAILABLE
         }
     }
@@ -229,38 +212,21 @@ enum Early {
 }
 
 /// What the head alone decides (see the module docs): 404 for a vendor not configured, 413 for
-/// a declared size over the bound, Postmark's credentials (they are all it signs), and a
-/// signature header missing where the vendor puts it in the head.
-fn check_head(l: &Listeners, vendor: &str, headers: &HeaderMap) -> Result<(), Early> {
-    let configured = match vendor {
-        "sendgrid" => l.sendgrid.is_some(),
-        "resend" => l.resend.is_some(),
-        "mailgun" => l.mailgun.is_some(),
-        "postmark" => l.postmark.is_some(),
-        "ses" => l.sns.is_some(),
-        _ => false,
-    };
-    if !configured {
-        return Err(Early::Answer(StatusCode::NOT_FOUND));
-    }
+/// a declared size over the bound, and the vendor's own check of the head
+/// ([`Webhook::check_head`]). Gives the vendor's webhook.
+fn check_head<'l>(
+    l: &'l Listeners,
+    vendor: &str,
+    headers: &HeaderMap,
+) -> Result<&'l dyn Webhook, Early> {
+    let webhook = l
+        .webhook(vendor)
+        .ok_or(Early::Answer(StatusCode::NOT_FOUND))?;
     if l.bodies.declared_too_large(headers) {
         return Err(Early::Answer(StatusCode::PAYLOAD_TOO_LARGE));
     }
-    let signed_by: &[&str] = match vendor {
-        "sendgrid" => &sendgrid::SIGNED_BY,
-        "resend" => &resend::SIGNED_BY,
-        _ => &[],
-    };
-    if signed_by
-        .iter()
-        .any(|h| super::header(headers, h).is_none())
-    {
-        return Err(Early::Refused(Refused::Unsigned));
-    }
-    if let ("postmark", Some(p)) = (vendor, &l.postmark) {
-        p.verify(headers).map_err(Early::Refused)?;
-    }
-    Ok(())
+    webhook.check_head(headers).map_err(Early::Refused)?;
+    Ok(webhook)
 }
 
 /// The answer to a body that was not read: counted by why, logged without it.
@@ -273,56 +239,6 @@ fn unread(vendor: &str, why: NotRead) -> StatusCode {
         "a webhook body was not read; nothing stored"
     );
     why.status()
-}
-
-/// Checks the request as `vendor` signs it, its head already checked ([`check_head`]).
-async fn authenticate(
-    l: &Listeners,
-    vendor: &str,
-    headers: &HeaderMap,
-    body: &[u8],
-) -> Result<Authenticated, Refused> {
-    let not_here = Ok(Authenticated::Answer(StatusCode::NOT_FOUND));
-    let bad_body = Authenticated::Answer(StatusCode::BAD_REQUEST);
-    Ok(match vendor {
-        "sendgrid" => {
-            let Some(v) = &l.sendgrid else {
-                return not_here;
-            };
-            v.verify(headers, body)?;
-            sendgrid::parse(body).map_or(bad_body, |e| Authenticated::Events(e, None))
-        }
-        "resend" => {
-            let Some(v) = &l.resend else { return not_here };
-            let id = v.verify(headers, body, now_s())?;
-            resend::parse(body, id).map_or(bad_body, |e| Authenticated::Events(e, None))
-        }
-        "mailgun" => {
-            let Some(v) = &l.mailgun else { return not_here };
-            let signed = v.verify(body, now_s())?;
-            Authenticated::Events(signed.events, Some(signed.token))
-        }
-        // Its credentials were checked with the head.
-        "postmark" => postmark::parse(body).map_or(bad_body, |e| Authenticated::Events(e, None)),
-        "ses" => {
-            let Some(v) = &l.sns else { return not_here };
-            match v.verify(body).await? {
-                Verified::Events(e) => Authenticated::Events(e, None),
-                Verified::Nothing => Authenticated::Answer(StatusCode::OK),
-                Verified::Subscribe(url) => match v.subscribe(&url).await {
-                    Ok(()) => {
-                        info!("the SNS subscription is confirmed");
-                        Authenticated::Answer(StatusCode::OK)
-                    }
-                    Err(e) => {
-                        warn!(error = %e, "confirming the SNS subscription failed; SNS asks again");
-                        Authenticated::Answer(StatusCode::BAD_GATEWAY)
-                    }
-                },
-            }
-        }
-        _ => return not_here,
-    })
 }
 
 /// The answer to a request that does not authenticate: counted, logged without its body.

@@ -60,18 +60,19 @@ fn resend_secret() -> (Vec<u8>, String) {
 pub(crate) fn listeners(official_sendgrid: bool) -> Listeners {
     let (_, sg) = sendgrid_key();
     Listeners {
-        sendgrid: Some(
-            SendGrid::new(if official_sendgrid {
-                SG_OFFICIAL_KEY
-            } else {
-                &sg
-            })
-            .unwrap(),
-        ),
-        resend: Some(Resend::new(&resend_secret().1).unwrap()),
-        mailgun: Some(Mailgun::new(MAILGUN_KEY)),
-        postmark: Some(Postmark::new(POSTMARK_USER, POSTMARK_PASSWORD)),
-        sns: None,
+        webhooks: vec![
+            Box::new(
+                SendGrid::new(if official_sendgrid {
+                    SG_OFFICIAL_KEY
+                } else {
+                    &sg
+                })
+                .unwrap(),
+            ),
+            Box::new(Resend::new(&resend_secret().1).unwrap()),
+            Box::new(Mailgun::new(MAILGUN_KEY)),
+            Box::new(Postmark::new(POSTMARK_USER, POSTMARK_PASSWORD)),
+        ],
         bodies: Budget::new(64 * 1024, 16 * 1024 * 1024, Duration::from_secs(10)),
         db_timeout: Duration::from_secs(2),
         rules: Default::default(),

@@ -81,11 +81,9 @@ async fn aws() -> Aws {
 
 fn listeners() -> Listeners {
     Listeners {
-        sendgrid: None,
-        resend: None,
-        mailgun: None,
-        postmark: None,
-        sns: Some(Sns::new(vec![TOPIC.into()], r"^http://127\.0\.0\.1:\d+/[^?#]+\.pem$").unwrap()),
+        webhooks: vec![Box::new(
+            Sns::new(vec![TOPIC.into()], r"^http://127\.0\.0\.1:\d+/[^?#]+\.pem$").unwrap(),
+        )],
         bodies: Budget::new(256 * 1024, 16 * 1024 * 1024, Duration::from_secs(10)),
         db_timeout: Duration::from_secs(2),
         rules: Default::default(),

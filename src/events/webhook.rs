@@ -1,0 +1,186 @@
+//! [`Webhook`]: what every vendor's webhook is to the server — a name, what its head alone
+//! decides, and how its raw request becomes events. Each vendor's file implements it; the
+//! server is built from the list of those configured ([`crate::config::EventsConfig`]), so a
+//! vendor is added in its own file and one entry of that list.
+
+use axum::http::{HeaderMap, StatusCode};
+use futures::future::BoxFuture;
+use tracing::{info, warn};
+
+use super::mailgun::Mailgun;
+use super::postmark::Postmark;
+use super::resend::Resend;
+use super::sendgrid::SendGrid;
+use super::sns::{Sns, Verified};
+use super::{header, mailgun, postmark, resend, sendgrid, BadBody, Event, Refused};
+
+/// What an authenticated request brings.
+pub enum Delivery {
+    /// Events to record in one transaction; Mailgun's token, taken for them.
+    Events {
+        events: Vec<Event>,
+        token: Option<String>,
+    },
+    /// An answer now, nothing to record: SNS's subscription handshake, or a body that
+    /// authenticated but is not the vendor's format (400).
+    Answer(StatusCode),
+}
+
+impl Delivery {
+    /// The events of a body the vendor signed, or 400 for one that is not its format.
+    fn parsed(events: Result<Vec<Event>, BadBody>) -> Self {
+        match events {
+            Ok(events) => Delivery::Events {
+                events,
+                token: None,
+            },
+            Err(BadBody) => Delivery::Answer(StatusCode::BAD_REQUEST),
+        }
+    }
+}
+
+/// A vendor's webhook, as `POST /events/{vendor}` serves it.
+pub trait Webhook: Send + Sync {
+    /// Its path segment, and its label in metrics and logs.
+    fn vendor(&self) -> &'static str;
+
+    /// What the head alone refuses, before the body is read: a signature header missing, or
+    /// credentials (all Postmark signs) that do not match.
+    fn check_head(&self, headers: &HeaderMap) -> Result<(), Refused>;
+
+    /// Authenticates the request on its raw body bytes (`now_s`: our clock, for a signature's
+    /// age) and gives what it brings.
+    fn receive<'a>(
+        &'a self,
+        headers: &'a HeaderMap,
+        body: &'a [u8],
+        now_s: i64,
+    ) -> BoxFuture<'a, Result<Delivery, Refused>>;
+}
+
+/// The headers named here must all be present.
+fn present(headers: &HeaderMap, names: &[&str]) -> Result<(), Refused> {
+    match names.iter().all(|h| header(headers, h).is_some()) {
+        true => Ok(()),
+        false => Err(Refused::Unsigned),
+    }
+}
+
+impl Webhook for SendGrid {
+    fn vendor(&self) -> &'static str {
+        "sendgrid"
+    }
+    fn check_head(&self, headers: &HeaderMap) -> Result<(), Refused> {
+        present(headers, &sendgrid::SIGNED_BY)
+    }
+    fn receive<'a>(
+        &'a self,
+        headers: &'a HeaderMap,
+        body: &'a [u8],
+        _now_s: i64,
+    ) -> BoxFuture<'a, Result<Delivery, Refused>> {
+        Box::pin(async move {
+            self.verify(headers, body)?;
+            Ok(Delivery::parsed(sendgrid::parse(body)))
+        })
+    }
+}
+
+impl Webhook for Resend {
+    fn vendor(&self) -> &'static str {
+        "resend"
+    }
+    fn check_head(&self, headers: &HeaderMap) -> Result<(), Refused> {
+        present(headers, &resend::SIGNED_BY)
+    }
+    fn receive<'a>(
+        &'a self,
+        headers: &'a HeaderMap,
+        body: &'a [u8],
+        now_s: i64,
+    ) -> BoxFuture<'a, Result<Delivery, Refused>> {
+        Box::pin(async move {
+            let id = self.verify(headers, body, now_s)?;
+            Ok(Delivery::parsed(resend::parse(body, id)))
+        })
+    }
+}
+
+impl Webhook for Mailgun {
+    fn vendor(&self) -> &'static str {
+        "mailgun"
+    }
+    /// Mailgun signs inside the body.
+    fn check_head(&self, _headers: &HeaderMap) -> Result<(), Refused> {
+        Ok(())
+    }
+    fn receive<'a>(
+        &'a self,
+        _headers: &'a HeaderMap,
+        body: &'a [u8],
+        now_s: i64,
+    ) -> BoxFuture<'a, Result<Delivery, Refused>> {
+        Box::pin(async move {
+            let mailgun::Signed { token, events } = self.verify(body, now_s)?;
+            Ok(Delivery::Events {
+                events,
+                token: Some(token),
+            })
+        })
+    }
+}
+
+impl Webhook for Postmark {
+    fn vendor(&self) -> &'static str {
+        "postmark"
+    }
+    /// Its credentials are all it signs: checked before the body.
+    fn check_head(&self, headers: &HeaderMap) -> Result<(), Refused> {
+        self.verify(headers)
+    }
+    fn receive<'a>(
+        &'a self,
+        _headers: &'a HeaderMap,
+        body: &'a [u8],
+        _now_s: i64,
+    ) -> BoxFuture<'a, Result<Delivery, Refused>> {
+        Box::pin(async move { Ok(Delivery::parsed(postmark::parse(body))) })
+    }
+}
+
+impl Webhook for Sns {
+    /// SES, through SNS.
+    fn vendor(&self) -> &'static str {
+        "ses"
+    }
+    /// SNS signs inside the body.
+    fn check_head(&self, _headers: &HeaderMap) -> Result<(), Refused> {
+        Ok(())
+    }
+    fn receive<'a>(
+        &'a self,
+        _headers: &'a HeaderMap,
+        body: &'a [u8],
+        _now_s: i64,
+    ) -> BoxFuture<'a, Result<Delivery, Refused>> {
+        Box::pin(async move {
+            Ok(match self.verify(body).await? {
+                Verified::Events(events) => Delivery::Events {
+                    events,
+                    token: None,
+                },
+                Verified::Nothing => Delivery::Answer(StatusCode::OK),
+                Verified::Subscribe(url) => match self.subscribe(&url).await {
+                    Ok(()) => {
+                        info!("the SNS subscription is confirmed");
+                        Delivery::Answer(StatusCode::OK)
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "confirming the SNS subscription failed; SNS asks again");
+                        Delivery::Answer(StatusCode::BAD_GATEWAY)
+                    }
+                },
+            })
+        })
+    }
+}
