@@ -121,8 +121,69 @@ async fn two_workers_overlapping_from_the_start_mail_nobody_twice(pool: PgPool) 
     }
 }
 
+/// How the members leave mid-run.
+#[derive(Clone, Copy)]
+enum OptOut {
+    /// The other system sets `opted_out_at`.
+    ByTheMemberTable,
+    /// The mailbox provider's one-click POST to `events` (RFC 8058), as its own role.
+    ByOneClick,
+}
+
+impl OptOut {
+    /// Opts `ids` out; returns once every one is committed.
+    async fn commit(self, pool: &PgPool, events: &str, ids: &[i64]) {
+        match self {
+            OptOut::ByTheMemberTable => {
+                sqlx::query("UPDATE campaign_targets SET opted_out_at = now() WHERE campaign_id = $1 AND member_id = ANY($2)")
+                    .bind(CAMPAIGN)
+                    .bind(ids)
+                    .execute(pool)
+                    .await
+                    .unwrap();
+            }
+            OptOut::ByOneClick => {
+                let signer = campaign_sender::unsubscribe::Signer::new(ONE_CLICK[1].1).unwrap();
+                let http = reqwest::Client::new();
+                let clicks = ids.iter().map(|id| {
+                    http.post(format!(
+                        "{events}/unsubscribe/{}",
+                        signer.token(CAMPAIGN, *id)
+                    ))
+                    .header("Content-Type", "application/x-www-form-urlencoded")
+                    .body("List-Unsubscribe=One-Click")
+                    .send()
+                });
+                for r in futures::future::join_all(clicks).await {
+                    assert_eq!(r.unwrap().status(), 200);
+                }
+            }
+        }
+    }
+}
+
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn opt_outs_committed_mid_run_are_never_mailed_after_they_commit(pool: PgPool) {
+    opted_out_mid_run(pool, OptOut::ByTheMemberTable).await;
+}
+
+/// A one-click unsubscribe reaches the running pods as any opt-out: no mail after
+/// `OPTOUT_RECHECK_MS`, and a later campaign never mails the address.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn one_click_unsubscribes_mid_run_stop_the_running_pods_and_later_campaigns(pool: PgPool) {
+    opted_out_mid_run(pool.clone(), OptOut::ByOneClick).await;
+    seed(&pool, "next-campaign", 30).await;
+    let next = campaign_sender::store::Store::new(pool.clone(), "next-campaign");
+    let batch = next.claim(100, Duration::from_secs(30)).await.unwrap();
+    let mailed: Vec<i64> = batch.rows.iter().map(|r| r.member_id).collect();
+    assert!(!mailed.contains(&3) && !mailed.contains(&13), "{mailed:?}");
+    assert_eq!(
+        batch.suppressed, 3,
+        "members 3, 13 and 23 left by one click"
+    );
+}
+
+async fn opted_out_mid_run(pool: PgPool, how: OptOut) {
     const N: i64 = 5000;
     const RECHECK_MS: u64 = 300;
     seed(&pool, CAMPAIGN, N).await;
@@ -139,20 +200,20 @@ async fn opt_outs_committed_mid_run_are_never_mailed_after_they_commit(pool: PgP
         &p.url,
         &[("MAIL_RATE_PER_S", "500"), ("OPTOUT_RECHECK_MS", &recheck)],
     );
+    let role = PgPool::connect(&role_url(&pool, "campaign_sender_events").await)
+        .await
+        .unwrap();
+    let events = crate::events::serve_events(role, crate::events::listeners(false)).await;
     let w1 = spawn_sender(&["run"], &db, &e);
     let w2 = spawn_sender(&["run"], &db, &e);
 
     // 500 members (every 10th, offset 3) opt out in 50 commits spread over the run, as the
-    // other system would; each commit's time is taken after COMMIT returned.
+    // other system (or the mailbox provider's click) would; each commit's time is taken after
+    // it returned.
     let mut committed: HashMap<i64, u64> = HashMap::new();
     for k in 0..50i64 {
         let ids: Vec<i64> = (0..10).map(|j| (k * 10 + j) * 10 + 3).collect();
-        sqlx::query("UPDATE campaign_targets SET opted_out_at = now() WHERE campaign_id = $1 AND member_id = ANY($2)")
-            .bind(CAMPAIGN)
-            .bind(&ids)
-            .execute(&pool)
-            .await
-            .unwrap();
+        how.commit(&pool, &events, &ids).await;
         let at = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap()
