@@ -94,6 +94,15 @@ impl FromEnv for BrakeConfig {
 }
 
 impl BrakeConfig {
+    /// The rules `events` records under.
+    pub fn rules(&self) -> crate::store::events::Rules {
+        crate::store::events::Rules {
+            lines: self.lines(),
+            soft_bounce_limit: self.soft_bounce_limit,
+            soft_bounce_window_s: self.soft_bounce_window_s,
+        }
+    }
+
     /// The fleet's lines, as the store weighs them.
     pub fn lines(&self) -> crate::store::brake::Lines {
         crate::store::brake::Lines {

@@ -178,7 +178,7 @@ async fn receive(
             vendor,
             &events,
             token.as_deref(),
-            &app.listeners.rules,
+            &app.listeners.rules.rules(),
         ),
     )
     .await;

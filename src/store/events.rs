@@ -18,7 +18,6 @@ use sqlx::{PgConnection, PgPool};
 
 use super::brake::{self, Braked, Line};
 use super::soft_bounces::{self, SoftBounce};
-use crate::config::BrakeConfig;
 use crate::events::{Event, What, FUNNEL};
 
 /// What one request's events did.
@@ -63,14 +62,24 @@ pub enum NotRecorded {
     Database(#[from] sqlx::Error),
 }
 
+/// The rules an event is weighed by: the brake's lines and the soft-bounce rule
+/// (`crate::config::BrakeConfig::rules`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rules {
+    pub lines: brake::Lines,
+    /// Soft bounces of one address within the window that list it.
+    pub soft_bounce_limit: u64,
+    pub soft_bounce_window_s: u64,
+}
+
 /// Records `events` of `vendor` in one transaction (`token`: Mailgun's, taken for them), under
-/// the soft-bounce rule and the lines of `rules`.
+/// `rules`.
 pub async fn record(
     pool: &PgPool,
     vendor: &str,
     events: &[Event],
     token: Option<&str>,
-    rules: &BrakeConfig,
+    rules: &Rules,
 ) -> Result<Recorded, NotRecorded> {
     let mut tx = pool.begin().await?;
     if let Some(token) = token {
@@ -109,7 +118,7 @@ pub async fn record(
         sent: settled.clone(),
         strikes: strikes_of(&ours),
     };
-    let braked = brake::weigh(&mut tx, &added, rules.lines()).await?;
+    let braked = brake::weigh(&mut tx, &added, rules.lines).await?;
     tx.commit().await?;
     Ok(Recorded {
         fresh,

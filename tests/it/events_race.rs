@@ -43,7 +43,7 @@ async fn a_mailgun_retry_reaching_two_replicas_at_once_is_a_retry_on_both(pool: 
                 "mailgun",
                 &events,
                 Some("tok-1"),
-                &Default::default(),
+                &campaign_sender::config::BrakeConfig::default().rules(),
             )
             .await
         })
@@ -62,7 +62,7 @@ async fn a_mailgun_retry_reaching_two_replicas_at_once_is_a_retry_on_both(pool: 
         "mailgun",
         &[bounce("mg-2", 2)],
         Some("tok-1"),
-        &Default::default(),
+        &campaign_sender::config::BrakeConfig::default().rules(),
     )
     .await;
     assert!(matches!(other, Err(NotRecorded::TokenReused)), "{other:?}");

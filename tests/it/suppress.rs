@@ -201,9 +201,15 @@ async fn folded_listing_stops_its_row(pool: &PgPool) {
         email: Some("BJÖRN@EXAMPLE.COM".into()),
         occurred_at: None,
     };
-    events::record(pool, "sendgrid", &[bounce], None, &Default::default())
-        .await
-        .unwrap();
+    events::record(
+        pool,
+        "sendgrid",
+        &[bounce],
+        None,
+        &campaign_sender::config::BrakeConfig::default().rules(),
+    )
+    .await
+    .unwrap();
     sqlx::query(
         "INSERT INTO campaign_targets (campaign_id, member_id, email)
          VALUES ($1, 1, 'änn@example.com'), ($1, 2, 'björn@example.com'), ($1, 3, 'eve@example.com')",
