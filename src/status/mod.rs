@@ -471,6 +471,41 @@ mod tests {
     }
 
     #[test]
+    fn a_sending_campaign_shows_its_rates_against_its_lines() {
+        let t = Tally {
+            campaign_id: "c".into(),
+            sent: 10_000,
+            complaints: 5,
+            hard_bounces: 120,
+            own_complaint: None,
+            own_bounce: Some(0.01),
+            paused: false,
+        };
+        let s = Status {
+            reputation: Some(Reputation::of(&t, Defaults::documented().lines)),
+            ..Status::empty("c")
+        };
+        let text = render(&s);
+        assert!(
+            text.contains(
+                "lines      complaints 0.05 % (5 of 10 000), line 0.08 % · hard bounces 1.20 % (120 of 10 000), line 1.00 %"
+            ),
+            "{text}"
+        );
+        let early = Tally { sent: 10, ..t };
+        let s = Status {
+            reputation: Some(Reputation::of(&early, Defaults::documented().lines)),
+            ..Status::empty("c")
+        };
+        assert!(
+            render(&s).contains("(the brake waits for 1 000 sent)"),
+            "{}",
+            render(&s)
+        );
+        assert!(!render(&Status::empty("c")).contains("lines "));
+    }
+
+    #[test]
     fn durations_read_like_a_clock() {
         assert_eq!(duration(42.0), "42s");
         assert_eq!(duration(779.0), "12m59s");
