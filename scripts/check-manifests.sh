@@ -5,9 +5,10 @@
 #     rejects misspelt fields; the example Secret is validated too);
 #     Each mode is also rendered with every component of manifests/components (the status
 #     page, the database CA, GKE DNS, the metadata server, the Cloud SQL Auth Proxy, the nightly
-#     priority),
-#     validated, and checked to mount the CA in every pod, to open the egress each component is
-#     for, and to give the sending Job a never-preempting priority class;
+#     priority, SES with web identity),
+#     validated, and checked to mount the CA in every pod, to mount STS's token beside it in the
+#     sending pods (MAIL_API_KEY optional there), to open the egress each component is for, and
+#     to give the sending Job a never-preempting priority class;
 #  3. KEDA and Prometheus Operator objects validate against their upstream CRDs
 #     (../shared/crds, unknown fields rejected: scripts/validate-crds.py);
 #  4. the PrometheusRule expressions parse (`promtool check rules`) and each alert fires when it
@@ -59,7 +60,7 @@ for mode in indexed-job cronjob cadence-nightly-window cadence-every-6h deployme
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources: [$rel/overlays/$mode]
-components: [$rel/components/web, $rel/components/db-ca, $rel/components/gke-dns, $rel/components/gke-metadata, $rel/components/cloudsql-proxy, $rel/components/nightly-priority]
+components: [$rel/components/web, $rel/components/db-ca, $rel/components/gke-dns, $rel/components/gke-metadata, $rel/components/cloudsql-proxy, $rel/components/nightly-priority, $rel/components/ses]
 YAML
   out="$tmp/components-$mode.yaml"
   kubectl kustomize "$tmp/with-components" >"$out"
@@ -84,6 +85,21 @@ for d in docs:
                  and vols[m["name"]]["secret"]["secretName"] == "campaign-sender-db-ca" for m in mounts)
         if not ok:
             bad.append(f"{d['kind']}/{d['metadata']['name']} does not mount the database CA")
+        # The sending pods (components/ses): STS's token beside the CA, MAIL_API_KEY optional.
+        if d["metadata"]["name"] == "campaign-sender":
+            c = p["containers"][0]
+            token = [v for v in p.get("volumes", []) if "projected" in v
+                     and any(s.get("serviceAccountToken", {}).get("audience") == "sts.amazonaws.com"
+                             for s in v["projected"]["sources"])]
+            if not token or not any(m["name"] == token[0]["name"] and m["mountPath"] == "/var/run/secrets/aws"
+                                    for m in mounts):
+                bad.append(f"{d['kind']}/campaign-sender: no STS token at /var/run/secrets/aws")
+            key = [e for e in c.get("env", []) if e["name"] == "MAIL_API_KEY"]
+            if key and not key[0]["valueFrom"]["secretKeyRef"].get("optional"):
+                bad.append(f"{d['kind']}/campaign-sender: MAIL_API_KEY is not optional")
+cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("campaign-sender"))
+if cm["data"].get("MAIL_PROVIDER") != "ses" or cm["data"].get("MAIL_URL") != "":
+    bad.append("components/ses did not set MAIL_PROVIDER=ses and an empty MAIL_URL over the base's")
 allowed = set()
 for d in docs:
     if d["kind"] == "NetworkPolicy":

@@ -153,6 +153,22 @@ fn a_mail_url_without_a_scheme_says_what_to_add_and_never_shows_credentials() {
     assert!(!err.to_string().contains("secret"), "{err}");
 }
 
+/// A vendor's component of the manifests cannot delete the base's `MAIL_URL`, only set it
+/// empty: empty is unset — the vendor's public endpoint — and still required for `json`.
+#[test]
+fn an_empty_mail_url_is_the_vendors_public_endpoint_and_still_missing_for_json() {
+    let c = RunConfig::from_vars(vars(&[
+        ("MAIL_URL", ""),
+        ("MAIL_PROVIDER", "sendgrid"),
+        ("MAIL_API_KEY", "k"),
+    ]))
+    .unwrap();
+    assert_eq!(c.mail_base().unwrap().as_str(), "https://api.sendgrid.com/");
+    let err = RunConfig::from_vars(vars(&[("MAIL_URL", " ")])).unwrap_err();
+    assert_eq!(err.var, "MAIL_URL");
+    assert!(err.problem.contains("required"), "{err}");
+}
+
 #[test]
 fn the_limit_key_defaults_to_the_provider_host() {
     let c =

@@ -45,14 +45,13 @@ impl RunConfig {
     }
 
     /// The base URL requests go to: `MAIL_URL` (checked: for `json` the whole URL; for a
-    /// vendor a base URL without a path), else the vendor's public endpoint.
+    /// vendor a base URL without a path), else — unset or empty, as a vendor's component of the
+    /// manifests sets it over the base's — the vendor's public endpoint.
     pub fn mail_base(&self) -> Result<reqwest::Url, ConfigError> {
         let kind = self.mail_provider;
-        let url = match (
-            &self.mail_url,
-            kind.default_base(self.aws_region.as_deref()),
-        ) {
-            (Some(u), _) => u.clone(),
+        let set = self.mail_url.clone().filter(|u| !u.trim().is_empty());
+        let url = match (set, kind.default_base(self.aws_region.as_deref())) {
+            (Some(u), _) => u,
             (None, Some(base)) => base,
             (None, None) if kind == Kind::Ses => {
                 return Err(ConfigError::new(

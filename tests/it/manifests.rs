@@ -5,13 +5,14 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use campaign_sender::config::known_variables;
+use campaign_sender::config::{known_variables, FromEnv as _};
 use campaign_sender::exit;
 use campaign_sender::metrics;
 
 use crate::helpers::ONE_CLICK;
 use campaign_sender::rate::LEAVE_TIMEOUT;
 use campaign_sender::worker::WRITES_AFTER_REQUESTS;
+use serde::Deserialize as _;
 use serde_yaml::Value;
 
 pub(crate) fn load(path: &str) -> Value {
@@ -501,7 +502,7 @@ fn operator_pods_log_in_as_the_operator_role_and_run_restricted() {
     // The database's CA where components/db-ca puts it for every other pod (a URL with
     // `sslrootcert=` names that path); optional, so a cluster without the Secret still starts it.
     let ca = load("manifests/components/db-ca/pod.yaml");
-    let (volume, mount) = (at(&ca, "0.value.0"), at(&ca, "1.value.0"));
+    let (volume, mount) = (at(&ca, "0.value"), at(&ca, "1.value"));
     let ours = &spec["volumes"][0];
     assert_eq!(ours["secret"]["optional"], true);
     for field in ["secretName", "items"] {
@@ -572,5 +573,89 @@ fn the_dockerfile_stubs_every_target_of_the_workspace() {
                 "Dockerfile has no stub for {path} (named in {manifest})"
             );
         }
+    }
+}
+
+/// The indexed Job as a GKE + SES team deploys it — `components/ses` with `components/db-ca` —
+/// renders an environment `run` accepts: every literal the pod gets (the ConfigMap, the env
+/// values), the Secret's keys as stand-ins (no `MAIL_API_KEY`: SES does without), and the
+/// credentials from web identity at the token path the component mounts.
+#[test]
+fn the_ses_component_renders_an_environment_run_accepts() {
+    // kustomize takes relative paths only: a directory two below the repository's root.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target")
+        .join(format!("it-ses-overlay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let m = "../../manifests";
+    std::fs::write(
+        dir.join("kustomization.yaml"),
+        format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+             resources: [{m}/overlays/indexed-job]\n\
+             components: [{m}/components/ses, {m}/components/db-ca]\n"
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new("kubectl")
+        .arg("kustomize")
+        .arg(&dir)
+        .output()
+        .expect("kubectl is needed (for kustomize), as scripts/check-manifests.sh says");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let docs: Vec<Value> = serde_yaml::Deserializer::from_slice(&out.stdout)
+        .map(|d| Value::deserialize(d).unwrap())
+        .collect();
+    let of = |kind: &str| docs.iter().find(|d| d["kind"] == kind).unwrap();
+    let mut vars: Vec<(String, String)> = of("ConfigMap")["data"]
+        .as_mapping()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.as_str().unwrap().into(), v.as_str().unwrap().into()))
+        .collect();
+    let pod = &of("Job")["spec"]["template"]["spec"];
+    for e in pod["containers"][0]["env"].as_sequence().unwrap() {
+        let name = e["name"].as_str().unwrap().to_string();
+        match e["value"].as_str() {
+            Some(v) => vars.push((name, v.into())),
+            None if e["valueFrom"]["secretKeyRef"]["optional"] == Value::Bool(true) => {}
+            // The Secret's required keys (DATABASE_URL is DbConfig's), and the downward API's.
+            None => vars.push((name.clone(), stand_in(&name))),
+        }
+    }
+    let cfg = campaign_sender::config::RunConfig::from_vars(vars).unwrap_or_else(|e| {
+        panic!("the SES overlay's environment is refused: {e}");
+    });
+    assert_eq!(cfg.mail_provider.as_str(), "ses");
+    assert_eq!(
+        cfg.mail_base().unwrap().as_str(),
+        "https://email.eu-west-1.amazonaws.com/"
+    );
+    assert!(matches!(
+        cfg.aws_credentials().unwrap(),
+        campaign_sender::provider::aws::Source::WebIdentity(_)
+    ));
+    let token = cfg.aws_web_identity_token_file.clone().unwrap();
+    let mounted = pod["containers"][0]["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .any(|m| token.starts_with(m["mountPath"].as_str().unwrap()) && m["name"] == "aws-token");
+    assert!(mounted, "{token} is not where the token is mounted");
+}
+
+/// A value for a key the pod takes from a Secret or the downward API.
+fn stand_in(name: &str) -> String {
+    match name {
+        "JOB_UID" => "6a1e7b3c-2f0d-4c8e-9a55-0b7d3e2f1c44".into(),
+        "JOB_NAME" | "HOSTNAME" | "POD_NAME" => "campaign-sender-0-abcde".into(),
+        "JOB_COMPLETION_INDEX" => "0".into(),
+        "UNSUBSCRIBE_SECRET" => ONE_CLICK[1].1.into(),
+        _ => format!("stand-in-{}", name.to_ascii_lowercase()),
     }
 }
