@@ -191,8 +191,9 @@ pub struct RunConfig {
     #[serde(default = "defaults::idle_poll_ms")]
     pub idle_poll_ms: u64,
     /// `PAUSE_POLL_MS` (default 250, at most 1000): how often a running pod looks at the
-    /// campaign's kill switch (`campaign-sender pause`). A pause is obeyed within this plus one
-    /// query: no claim and no new send after that.
+    /// campaign's kill switch (`campaign-sender pause`), and the most a send's re-check may be
+    /// old ([`crate::store::Store::recheck`] sees the pause too): no send starts later than this
+    /// after a pause committed, however slow the poll; no claim after the next poll.
     #[serde(default = "defaults::pause_poll_ms")]
     pub pause_poll_ms: u64,
     /// `WORKER_ID` (default `worker-{JOB_COMPLETION_INDEX}`, else `$HOSTNAME`, else `worker`):

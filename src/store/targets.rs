@@ -133,6 +133,9 @@ text_enum! {
         /// Its idempotency window closed after the claim: the re-check moved it to
         /// `unconfirmed`.
         Unconfirmed = "unconfirmed",
+        /// The campaign is paused (an operator, `auto`, the brake): nothing is sent, the row is
+        /// left as it is, still ours, for the caller to release.
+        Paused = "paused",
     }
 }
 
@@ -327,6 +330,9 @@ impl Store {
     ///   stays): if the claim's lease expires with no result written, the next claim knows
     ///   whether a request may have left. Rows not cleared are not stamped, so a crash marks
     ///   only what was about to be sent;
+    /// - a paused campaign sends nothing: every row asked is `paused`, none stamped or moved, so
+    ///   a pause committed before a check started stops every send that check would clear —
+    ///   the bound on a pause is the caller's freshness, whatever the poll of the settings does;
     /// - the verdict is read as of the statement's start (what "a check at most
     ///   `OPTOUT_RECHECK_MS` old" means); the rows it stamps or moves are locked once, in member
     ///   order, and only if still ours then — the fence, checked on the latest version, is the
@@ -346,7 +352,10 @@ impl Store {
             ),
             verdict AS (
                 SELECT c.member_id, a.claim_id,
-                       CASE WHEN c.opted_out_at IS NOT NULL THEN 'opted_out'
+                       CASE WHEN EXISTS (SELECT 1 FROM campaigns p
+                                          WHERE p.campaign_id = (SELECT $1::text)
+                                            AND p.paused_at IS NOT NULL) THEN 'paused'
+                            WHEN c.opted_out_at IS NOT NULL THEN 'opted_out'
                             WHEN EXISTS (SELECT 1 FROM suppressions s WHERE s.email = email_fold(c.email))
                                  THEN 'suppressed'
                             WHEN c.unknown_since <= now() - make_interval(secs => $4)
@@ -368,10 +377,10 @@ impl Store {
                    AND t.member_id = v.member_id
                    AND t.state = 'sending'
                    AND t.claim_id = v.claim_id
-                   AND v.verdict <> 'opted_out'
+                   AND v.verdict NOT IN ('opted_out', 'paused')
                 RETURNING t.member_id, v.verdict
             )
-            SELECT member_id, verdict FROM verdict WHERE verdict = 'opted_out'
+            SELECT member_id, verdict FROM verdict WHERE verdict IN ('opted_out', 'paused')
             UNION ALL
             SELECT member_id, verdict FROM marked WHERE verdict <> 'send'
             UNION ALL
@@ -379,7 +388,8 @@ impl Store {
               FROM asked a
              WHERE NOT EXISTS (SELECT 1 FROM marked m WHERE m.member_id = a.member_id)
                AND NOT EXISTS (SELECT 1 FROM verdict v
-                                WHERE v.member_id = a.member_id AND v.verdict = 'opted_out')
+                                WHERE v.member_id = a.member_id
+                                  AND v.verdict IN ('opted_out', 'paused'))
         "#;
         // A verdict this code does not know is a decode error, never read as one it does.
         sqlx::query_as(RECHECK)

@@ -105,7 +105,9 @@ impl Pipeline<'_> {
                 match why {
                     Recheck::Suppressed => self.w.recorder.diverted(1, 0),
                     Recheck::Unconfirmed => self.w.recorder.diverted(0, 1),
-                    Recheck::TakenOver | Recheck::OptedOut => self.w.recorder.taken_over(1),
+                    Recheck::TakenOver | Recheck::OptedOut | Recheck::Paused => {
+                        self.w.recorder.taken_over(1)
+                    }
                 }
                 self.held.forget(claim_id, &[member_id]);
             }

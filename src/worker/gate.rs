@@ -1,7 +1,7 @@
 //! The gate: hands claimed rows, in claim order, to sends — each only with a free send slot, a
 //! pacer token (every HTTP attempt spends one, at this pod's share of the fleet's limit) and a
-//! re-check at most `OPTOUT_RECHECK_MS` old that saw the row still ours and not opted out
-//! ([`crate::store::Store::recheck`]), which also moves rows whose address was suppressed, or
+//! re-check at most `OPTOUT_RECHECK_MS` (and `PAUSE_POLL_MS`) old that saw the row still ours,
+//! not opted out and its campaign not paused ([`crate::store::Store::recheck`]), which also moves rows whose address was suppressed, or
 //! whose idempotency window closed, out of the claim. A row whose address can never be delivered fails here,
 //! once, without a token or a request. On stop, it releases everything not started.
 
@@ -53,7 +53,8 @@ impl Pipeline<'_> {
             slots: self.slots.clone(),
             concurrency,
             chunk: concurrency.max(16),
-            max_age: cfg.optout_recheck(),
+            // A check clears both the opt-out and the pause: as fresh as the stricter asks.
+            max_age: cfg.optout_recheck().min(cfg.pause_poll()),
             unchecked: VecDeque::new(),
             cleared: VecDeque::new(),
             checked_at: None,
@@ -182,6 +183,14 @@ impl Gate<'_, '_> {
             return false;
         };
         self.checked_at = Some(started);
+        if blocked.iter().any(|(_, why)| *why == Recheck::Paused) {
+            // Nothing of this check is sent; the rows stay queued and are released with the
+            // rest as the pass stops.
+            tracing::warn!(worker = %self.p.w.name,
+                "campaign paused (seen before a send); stopping: in-flight requests finish, the rest is released");
+            self.p.stop.stop(crate::report::StopReason::Paused);
+            return false;
+        }
         let blocked: HashMap<i64, Recheck> = blocked.into_iter().collect();
         for (claim_id, row) in self.unchecked.drain(..take).collect::<Vec<_>>() {
             match blocked.get(&row.member_id) {

@@ -349,3 +349,36 @@ async fn the_check_before_a_send_sees_rows_taken_over_by_another_claim(pool: PgP
         vec![(1, Recheck::TakenOver)]
     );
 }
+
+/// A pause committed before a check starts stops every send that check would have cleared,
+/// whatever the settings poll does: every row is `paused`, none stamped or moved, all still ours
+/// to release; resumed, the same rows clear.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn the_check_before_a_send_sees_a_pause_and_clears_nothing(pool: PgPool) {
+    use campaign_sender::store::{campaigns, Recheck};
+    seed(&pool, CAMPAIGN, 3).await;
+    let a = store(&pool);
+    let held = held_by(&a.claim(3, LEASE).await.unwrap());
+    campaigns::pause(&pool, CAMPAIGN, "brake", Some("test"))
+        .await
+        .unwrap();
+    let mut verdicts = a.recheck(&held, RESEND).await.unwrap();
+    verdicts.sort_by_key(|(m, _)| *m);
+    assert_eq!(
+        verdicts,
+        vec![
+            (1, Recheck::Paused),
+            (2, Recheck::Paused),
+            (3, Recheck::Paused)
+        ]
+    );
+    let stamped: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM campaign_targets WHERE started_at IS NOT NULL OR state <> 'sending'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(stamped, 0, "a paused check stamped or moved a row");
+    campaigns::resume(&pool, CAMPAIGN).await.unwrap();
+    assert!(a.recheck(&held, RESEND).await.unwrap().is_empty());
+}
