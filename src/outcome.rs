@@ -73,10 +73,10 @@ impl Refusal {
     pub fn advice(self, status: u16) -> String {
         match self {
             Refusal::Account => format!(
-                "the provider refused the account: {status}; check MAIL_API_KEY (revoked, rotated, lacking a permission), then `campaign-sender resume`"
+                "the provider refused the account: {status}; check its credentials — MAIL_API_KEY for json, SendGrid, Postmark (the server token), Mailgun and Resend (revoked, rotated, without the send permission); for SES the keys or the web-identity role (ses:SendEmail), the account's sending status and that the From identity is verified — then `campaign-sender resume`"
             ),
             Refusal::Endpoint => format!(
-                "the endpoint answered {status}: check MAIL_URL, including its path (…/v1/send), then `campaign-sender resume`"
+                "the endpoint answered {status}: check MAIL_URL (json: the whole URL with its path, …/v1/send — a vendor: its base URL, or unset); with SES a 404 is a template (`configure --template`) or a configuration set (SES_CONFIGURATION_SET) missing in AWS_REGION, with Mailgun a MAILGUN_DOMAIN it does not know — then `campaign-sender resume`"
             ),
         }
     }

@@ -19,6 +19,15 @@ fn a_refusal_reads_back_as_stored_and_tells_what_to_check() {
         endpoint.contains("404") && endpoint.contains("MAIL_URL"),
         "{endpoint}"
     );
+    // Right for every vendor: SES refuses with its own words.
+    assert!(
+        account.contains("SES") && account.contains("ses:SendEmail"),
+        "{account}"
+    );
+    assert!(
+        endpoint.contains("SES_CONFIGURATION_SET") && endpoint.contains("--template"),
+        "{endpoint}"
+    );
     for advice in [account, endpoint] {
         assert!(advice.contains("campaign-sender resume"), "{advice}");
     }

@@ -144,7 +144,7 @@ async fn a_refused_account_stops_every_pod_of_the_key_within_a_second_and_fails_
     let (code, out, _) = operator(&pool, &["status", "--campaign", CAMPAIGN]).await;
     assert_eq!(code, 0);
     assert!(
-        out.contains("REFUSED    the provider refused the account: 401; check MAIL_API_KEY"),
+        out.contains("REFUSED    the provider refused the account: 401; check its credentials — MAIL_API_KEY"),
         "{out}"
     );
     let before = p.fake.stats().requests;
@@ -184,7 +184,9 @@ async fn a_mail_url_without_its_path_is_an_endpoint_refusal_not_failed_rows(pool
     assert!(report.stats.requests <= 50, "kept trying: {report:?}");
     let (_, out, _) = operator(&pool, &["status", "--campaign", CAMPAIGN]).await;
     assert!(
-        out.contains("the endpoint answered 404: check MAIL_URL, including its path"),
+        out.contains(
+            "the endpoint answered 404: check MAIL_URL (json: the whole URL with its path"
+        ),
         "{out}"
     );
     let (code, out, _) = operator(&pool, &["resume", "--key", KEY]).await;
