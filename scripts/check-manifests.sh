@@ -39,7 +39,7 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 status=0
-for dir in overlays/indexed-job overlays/cronjob overlays/cadence-nightly-window overlays/cadence-every-6h overlays/events \
+for dir in overlays/migrate overlays/indexed-job overlays/cronjob overlays/cadence-nightly-window overlays/cadence-every-6h overlays/events \
   overlays/deployment monitoring; do
   out="$tmp/$(echo "$dir" | tr / -).yaml"
   echo "== $dir"

@@ -286,3 +286,24 @@ fn prometheus_scrapes_every_pod_that_serves_metrics() {
         "not scraped by the PodMonitor: {missed:?}"
     );
 }
+
+/// The events Secret's example, copied as it is, starts `events`: its one vendor (SES through
+/// SNS) is configured and valid, and every other vendor's key is left out, not a placeholder
+/// that would exit 78.
+#[test]
+fn the_events_secret_example_starts_events_as_it_is() {
+    use campaign_sender::config::{EventsConfig, FromEnv as _};
+    let example = load("manifests/overlays/events/secret.yaml.example");
+    let vars: Vec<(String, String)> = example["stringData"]
+        .as_mapping()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.as_str().unwrap().into(), v.as_str().unwrap().into()))
+        .collect();
+    assert!(
+        vars.iter().all(|(_, v)| !v.contains("REPLACE-ME")),
+        "{vars:?}"
+    );
+    let cfg = EventsConfig::from_vars(vars).unwrap_or_else(|e| panic!("refused: {e}"));
+    assert_eq!(cfg.listeners().unwrap().vendors(), ["ses"]);
+}
