@@ -45,8 +45,11 @@ pub trait Webhook: Send + Sync {
     fn vendor(&self) -> &'static str;
 
     /// What the head alone refuses, before the body is read: a signature header missing, or
-    /// credentials (all Postmark signs) that do not match.
-    fn check_head(&self, headers: &HeaderMap) -> Result<(), Refused>;
+    /// credentials (all Postmark signs) that do not match. Nothing, for a vendor that signs
+    /// inside the body (Mailgun, SNS).
+    fn check_head(&self, _headers: &HeaderMap) -> Result<(), Refused> {
+        Ok(())
+    }
 
     /// Authenticates the request on its raw body bytes (`now_s`: our clock, for a signature's
     /// age) and gives what it brings.
@@ -110,10 +113,6 @@ impl Webhook for Mailgun {
     fn vendor(&self) -> &'static str {
         "mailgun"
     }
-    /// Mailgun signs inside the body.
-    fn check_head(&self, _headers: &HeaderMap) -> Result<(), Refused> {
-        Ok(())
-    }
     fn receive<'a>(
         &'a self,
         _headers: &'a HeaderMap,
@@ -152,10 +151,6 @@ impl Webhook for Sns {
     /// SES, through SNS.
     fn vendor(&self) -> &'static str {
         "ses"
-    }
-    /// SNS signs inside the body.
-    fn check_head(&self, _headers: &HeaderMap) -> Result<(), Refused> {
-        Ok(())
     }
     fn receive<'a>(
         &'a self,

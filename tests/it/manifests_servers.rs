@@ -307,3 +307,44 @@ fn the_events_secret_example_starts_events_as_it_is() {
     let cfg = EventsConfig::from_vars(vars).unwrap_or_else(|e| panic!("refused: {e}"));
     assert_eq!(cfg.listeners().unwrap().vendors(), ["ses"]);
 }
+
+/// One database URL form everywhere a person copies one from: `sslmode=verify-full` with the
+/// CA at the path `components/db-ca` mounts (KEDA's, whose operator has no CA of ours, is
+/// `sslmode=require`, as OPERATIONS says), a host name — never an IP the certificate lacks.
+#[test]
+fn every_example_database_url_names_the_ca_the_component_mounts() {
+    let ca = load("manifests/components/db-ca/pod.yaml");
+    let mount = at(&ca, "1.value.mountPath").as_str().unwrap().to_string();
+    let form = format!("?sslmode=verify-full&sslrootcert={mount}/db-ca.pem");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut seen = 0;
+    for file in [
+        "manifests/base/secret.yaml.example",
+        "manifests/overlays/events/secret.yaml.example",
+        "manifests/components/web/secret.yaml.example",
+        "docs/OPERATIONS.md",
+    ] {
+        let text = std::fs::read_to_string(root.join(file)).unwrap();
+        for url in text.split("postgres://").skip(1) {
+            let url: String = url
+                .chars()
+                .take_while(|c| !matches!(c, '\'' | '"' | ' ' | '\n' | '`'))
+                .collect();
+            if url.contains("127.0.0.1") || url.is_empty() || url.starts_with('…') {
+                continue; // the local examples, and a bare `postgres://…`
+            }
+            seen += 1;
+            let host = url.split('@').nth(1).unwrap_or_default();
+            assert!(
+                !host.starts_with(|c: char| c.is_ascii_digit()),
+                "{file}: {url}: an IP host"
+            );
+            if url.starts_with("campaign_sender_keda") {
+                assert!(url.ends_with("?sslmode=require"), "{file}: {url}");
+            } else {
+                assert!(url.ends_with(&form), "{file}: {url} is not …{form}");
+            }
+        }
+    }
+    assert!(seen >= 10, "only {seen} URLs found");
+}
