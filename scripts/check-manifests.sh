@@ -155,10 +155,11 @@ if literals[:1] != [campaign] or campaign in literals[1:]:
     sys.exit(f"the KEDA query counts {literals[:1]}, the ConfigMap's CAMPAIGN_ID is {campaign!r}")
 print(f"KEDA counts the backlog of {campaign!r}")
 PY
-echo "== operator/pod-overrides.json (as \`kubectl run … --override-type=strategic\` completes it)"
-python3 - "$tmp/operator-pod.json" <<'PY'
+for overrides in pod-overrides archive-overrides; do
+echo "== operator/$overrides.json (as \`kubectl run … --override-type=strategic\` completes it)"
+python3 - "$tmp/operator-pod.json" "manifests/operator/$overrides.json" <<'PY'
 import json, sys
-pod = json.load(open("manifests/operator/pod-overrides.json"))
+pod = json.load(open(sys.argv[2]))
 pod["kind"] = "Pod"
 pod["metadata"]["name"] = "campaign-sender-operator"
 c = pod["spec"]["containers"][0]
@@ -168,6 +169,7 @@ json.dump(pod, open(sys.argv[1], "w"))
 PY
 for v in "${k8s_versions[@]}"; do
   kubernetes-validate -k "$v" --strict --quiet "$tmp/operator-pod.json" || status=1
+done
 done
 for example in base/secret.yaml.example overlays/events/secret.yaml.example components/web/secret.yaml.example; do
   echo "== $example"

@@ -659,3 +659,26 @@ fn stand_in(name: &str) -> String {
         _ => format!("stand-in-{}", name.to_ascii_lowercase()),
     }
 }
+
+/// `archive` in the cluster: the operator pod's owner variant differs from it only in the
+/// Secret key it logs in with (the schema owner's, which may delete rows) and its names — the
+/// same restricted pod, the same CA, nothing else of the Secret.
+#[test]
+fn the_archive_pod_is_the_operator_pod_as_the_schema_owner() {
+    let read = |name: &str| -> serde_json::Value {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("manifests/operator")
+            .join(name);
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    };
+    let (operator, mut archive) = (read("pod-overrides.json"), read("archive-overrides.json"));
+    let c = &mut archive["spec"]["containers"][0];
+    assert_eq!(
+        c["env"][0]["valueFrom"]["secretKeyRef"]["key"],
+        "MIGRATE_DATABASE_URL"
+    );
+    c["env"][0]["valueFrom"]["secretKeyRef"]["key"] = "OPERATOR_DATABASE_URL".into();
+    c["name"] = operator["spec"]["containers"][0]["name"].clone();
+    archive["metadata"]["labels"]["app.kubernetes.io/component"] = "operator".into();
+    assert_eq!(archive, operator);
+}
