@@ -168,8 +168,8 @@ fn github_anchor(heading: &str) -> String {
 }
 
 /// Every alert says where its runbook is (`runbook: docs/OPERATIONS.md#anchor`), and the
-/// anchor is a section of docs/OPERATIONS.md as GitHub renders it: an on-call at 02:00 follows
-/// a link that lands.
+/// anchor is a section of docs/OPERATIONS.md as GitHub renders it — its own, one per alert: an
+/// on-call at 02:00 follows a link that lands on what to do about this alert.
 #[test]
 fn every_alert_links_a_runbook_section_that_exists() {
     assert_eq!(
@@ -185,6 +185,7 @@ fn every_alert_links_a_runbook_section_that_exists() {
         .collect();
     let rules = load("manifests/monitoring/prometheusrule.yaml");
     let mut alerts = 0;
+    let mut sections = BTreeSet::new();
     for group in at(&rules, "spec.groups").as_sequence().unwrap() {
         for rule in group["rules"].as_sequence().unwrap() {
             let Some(alert) = rule["alert"].as_str() else {
@@ -200,6 +201,10 @@ fn every_alert_links_a_runbook_section_that_exists() {
             assert!(
                 anchors.iter().any(|a| a == anchor),
                 "{alert}: no section #{anchor} in docs/OPERATIONS.md"
+            );
+            assert!(
+                sections.insert(anchor.to_string()),
+                "{alert} shares #{anchor}"
             );
         }
     }
@@ -347,4 +352,50 @@ fn every_example_database_url_names_the_ca_the_component_mounts() {
         }
     }
     assert!(seen >= 10, "only {seen} URLs found");
+}
+
+/// OPERATIONS, read end to end, names every key of a Secret the manifests read — the pods'
+/// `secretKeyRef`s, KEDA's `secretTargetRef`s, the operator pods' overrides — so nobody meets a
+/// pod stuck in CreateContainerConfigError over a key the runbook never mentioned.
+#[test]
+fn operations_names_every_secret_key_the_manifests_read() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let ops = std::fs::read_to_string(root.join("docs/OPERATIONS.md")).unwrap();
+    let mut keys = BTreeSet::new();
+    let mut files = vec![root.join("manifests")];
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+            continue;
+        }
+        let name = path.to_string_lossy().to_string();
+        if !(name.ends_with(".yaml") || name.ends_with(".json")) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        // The line after a secret reference names its key, in YAML and in the JSON overrides.
+        for (i, line) in text.lines().enumerate() {
+            let refers = line.contains("secretKeyRef") || line.contains("secretTargetRef");
+            if !refers {
+                continue;
+            }
+            let window: String = text.lines().skip(i).take(5).collect::<Vec<_>>().join(" ");
+            for part in window.split("key").skip(1) {
+                let key: String = part
+                    .trim_start_matches(|c: char| !c.is_ascii_uppercase())
+                    .chars()
+                    .take_while(|c| c.is_ascii_uppercase() || *c == '_')
+                    .collect();
+                if key.len() > 3 {
+                    keys.insert(key);
+                }
+            }
+        }
+    }
+    assert!(
+        keys.contains("OPERATOR_DATABASE_URL") && keys.contains("KEDA_DATABASE_URL"),
+        "{keys:?}"
+    );
+    let missing: Vec<&String> = keys.iter().filter(|k| !ops.contains(k.as_str())).collect();
+    assert!(missing.is_empty(), "OPERATIONS never names {missing:?}");
 }

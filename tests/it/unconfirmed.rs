@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use campaign_sender::config::FromEnv;
+use campaign_sender::exit;
 use campaign_sender::outcome::{ErrorClass, Resolution};
 use campaign_sender::store::suppressions::Settle;
 use campaign_sender::store::Recheck;
@@ -245,7 +246,11 @@ async fn status_shows_unconfirmed_rows_and_resolve_prints_what_it_did(pool: PgPo
     assert!(out.contains("resolve --campaign spring-sale"), "{out}");
     let neither = spawn_sender(&["resolve", "--campaign", CAMPAIGN], &url, &[]);
     let (code, _, err) = finish(neither, Duration::from_secs(20)).await;
-    assert_eq!(code, 2, "--assume-sent or --resend is required: {err}");
+    assert_eq!(
+        code,
+        exit::Exit::Usage as i32,
+        "--assume-sent or --resend is required: {err}"
+    );
     let resend = spawn_sender(&["resolve", "--campaign", CAMPAIGN, "--resend"], &url, &[]);
     let (code, out, err) = finish(resend, Duration::from_secs(20)).await;
     assert_eq!(code, 0, "{err}");
