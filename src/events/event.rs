@@ -23,40 +23,35 @@
 //! its address joins ours and its row stays as the send wrote it.
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
 
-/// What happened to one mail, in the vendor's words mapped to ours.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum What {
-    Accepted,
-    Delivered,
-    Deferred,
-    SoftBounce,
-    HardBounce,
-    Complaint,
-    Unsubscribe,
-    Dropped,
-    Opened,
-    Clicked,
-    Other,
+use crate::text_enum::text_enum;
+
+text_enum! {
+    /// What happened to one mail, in the vendor's words mapped to ours; its text is
+    /// `provider_events.what`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum What: "kind of event" {
+        Accepted = "accepted",
+        Delivered = "delivered",
+        Deferred = "deferred",
+        SoftBounce = "soft_bounce",
+        HardBounce = "hard_bounce",
+        Complaint = "complaint",
+        Unsubscribe = "unsubscribe",
+        Dropped = "dropped",
+        Opened = "opened",
+        Clicked = "clicked",
+        Other = "other",
+    }
 }
 
-/// Why an address goes onto `suppressions` (its `reason` column).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reason {
-    HardBounce,
-    Complaint,
-    Unsubscribe,
-}
-
-impl Reason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::HardBounce => "hard_bounce",
-            Reason::Complaint => "complaint",
-            Reason::Unsubscribe => "unsubscribe",
-        }
+text_enum! {
+    /// Why an address goes onto `suppressions` (its `reason` column).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Reason: "suppression reason" {
+        HardBounce = "hard_bounce",
+        Complaint = "complaint",
+        Unsubscribe = "unsubscribe",
     }
 }
 
@@ -91,43 +86,7 @@ impl What {
             funnel,
         }
     }
-
-    /// The kind stored as `s` ([`What::as_str`]).
-    pub fn parse(s: &str) -> Option<What> {
-        ALL.into_iter().find(|w| w.as_str() == s)
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            What::Accepted => "accepted",
-            What::Delivered => "delivered",
-            What::Deferred => "deferred",
-            What::SoftBounce => "soft_bounce",
-            What::HardBounce => "hard_bounce",
-            What::Complaint => "complaint",
-            What::Unsubscribe => "unsubscribe",
-            What::Dropped => "dropped",
-            What::Opened => "opened",
-            What::Clicked => "clicked",
-            What::Other => "other",
-        }
-    }
 }
-
-/// Every kind.
-pub const ALL: [What; 11] = [
-    What::Accepted,
-    What::Delivered,
-    What::Deferred,
-    What::SoftBounce,
-    What::HardBounce,
-    What::Complaint,
-    What::Unsubscribe,
-    What::Dropped,
-    What::Opened,
-    What::Clicked,
-    What::Other,
-];
 
 /// The funnel columns, in the order `status` shows them.
 pub const FUNNEL: [&str; 10] = [
@@ -245,7 +204,7 @@ mod tests {
 
     #[test]
     fn only_bounces_complaints_unsubscribes_and_drops_suppress() {
-        let suppressing: Vec<_> = ALL
+        let suppressing: Vec<_> = What::ALL
             .into_iter()
             .filter(|w| w.effect().suppress.is_some())
             .collect();
@@ -269,9 +228,9 @@ mod tests {
 
     #[test]
     fn every_funnel_column_is_listed() {
-        for w in ALL.into_iter().filter(|w| *w != What::Other) {
+        for w in What::ALL.into_iter().filter(|w| *w != What::Other) {
             assert!(FUNNEL.contains(&w.effect().funnel.unwrap()), "{w:?}");
-            assert_eq!(What::parse(w.as_str()), Some(w));
+            assert_eq!(w.as_str().parse::<What>(), Ok(w));
         }
     }
 

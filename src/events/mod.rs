@@ -72,7 +72,7 @@ pub fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 
 /// The funnel column of a stored event kind (`provider_events.what`).
 pub fn funnel_of(what: &str) -> Option<&'static str> {
-    What::parse(what).and_then(|w| w.effect().funnel)
+    what.parse::<What>().ok().and_then(|w| w.effect().funnel)
 }
 
 #[cfg(test)]
