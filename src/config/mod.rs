@@ -6,7 +6,8 @@
 //! whose `Debug` and `Display` print `[redacted]`.
 //!
 //! - [`DbConfig`] (`db.rs`): how to reach PostgreSQL, for every subcommand;
-//! - [`RunConfig`] (`run.rs`): what `run` and `serve` need besides the database.
+//! - [`RunConfig`] (`run.rs`): what `run` and `serve` need besides the database;
+//!   `run_unsubscribe.rs` its one-click unsubscribe settings.
 //!   `vendor.rs` holds its provider side: the endpoint, the idempotency window the vendor
 //!   allows, SES's credentials.
 //! - [`EventsConfig`] (`events.rs`): the webhook server's address, bounds and vendor secrets.

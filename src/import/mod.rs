@@ -13,6 +13,8 @@
 //!   lines and repeats (every occurrence after the first) go there and the rest is imported.
 //! - **Idempotent**: rows already in the campaign are left exactly as they are — a `sent` row is
 //!   never reset, a changed address is not applied (and counted, so the operator knows).
+//! - **The suppression list** ([`suppress`]): `campaign-sender suppress`, the same reader and
+//!   the same atomicity for `email[,reason]` lines.
 //! - **Memory flat in file size**: the reader streams through a bounded channel; duplicates are
 //!   found by the database, not in a client-side set.
 

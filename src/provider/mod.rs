@@ -7,7 +7,9 @@
 //!   the vendors share;
 //! - one file per vendor, each with its answer table in its rustdoc: [`json`] (our own contract,
 //!   the default, spoken by `fake-provider`), [`sendgrid`], [`ses`], [`postmark`], [`mailgun`],
-//!   [`resend`]. Adding a vendor is one file, one [`Kind`], the docs.
+//!   [`resend`]. Adding a vendor is one file, one [`Kind`] ([`kind`]: which vendor, its public
+//!   endpoint, whether it has keys), the docs; [`aws`]: SES's credentials (keys, or web identity
+//!   through STS).
 //!
 //! Here, what they share: the client (timeouts, TLS), the idempotency key and the rule that
 //! only a vendor honouring one may have an unknown outcome sent again ([`Kind::idempotent`],

@@ -17,7 +17,7 @@
 //! - [`events`]: `provider_events` and `webhook_tokens`, what the vendors' events do;
 //!   [`brake`]: `campaign_tallies`, each campaign's sent, complaints and hard bounces, and the
 //!   pause over a line; [`soft_bounces`]: soft bounces that age into a suppression;
-//! - [`connect`]: the pool and the migrations;
+//! - [`connect`]: the pool and the migrations; [`roles`]: docs/roles.sql, granted after them;
 //! - [`outage`]: the one retry rule for a database that does not answer.
 //!
 //! Transactions, locks and timeouts: every statement of the work loop is a single

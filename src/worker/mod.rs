@@ -29,7 +29,9 @@
 //!   (bounded by the request timeout); their results are written, and every claimed-but-unsent
 //!   row is released at once in the same fenced write, without counting the attempt.
 //! - **Counting** ([`recorder`]): every event updates the run report and the metrics together.
-//! - **Lifecycle** ([`lifecycle`]): `run` until done, `serve` for ever, or one `step`.
+//! - **Lifecycle** ([`lifecycle`]): `run` until done, `serve` for ever, or one `step`; between
+//!   `serve`'s passes [`idle`] waits, holding no share of the limit, for work, a resume, the
+//!   window or the account.
 //!
 //! One row's result passes through five types, each adding what the next step needs:
 //! [`crate::outcome::Attempt`] (what the HTTP exchange said, per the vendor's profile) →

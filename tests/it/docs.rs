@@ -227,3 +227,35 @@ fn the_docs_defaults_are_the_configs_defaults() {
     assert!(checked["README.md"] > 20, "{checked:?}");
     assert!(checked["docs/OPERATIONS.md"] >= 7, "{checked:?}");
 }
+
+/// The map is true: every file under `src/` is named in its folder's map — the `//!` docs of
+/// its `mod.rs`, or of `lib.rs` for the top level — so a newcomer who reads the maps finds every
+/// file. A test module (`*_tests.rs`, `tests.rs`) belongs to the file it tests.
+#[test]
+fn every_source_file_is_named_in_its_folders_map() {
+    let mut all = Vec::new();
+    files(&root().join("src"), &["rs"], &mut all);
+    let mut unnamed = Vec::new();
+    for path in all {
+        let name = path.file_stem().unwrap().to_string_lossy().to_string();
+        if ["mod", "lib", "main", "tests"].contains(&name.as_str()) || name.ends_with("_tests") {
+            continue;
+        }
+        let dir = path.parent().unwrap();
+        let map = if dir == root().join("src") {
+            dir.join("lib.rs")
+        } else {
+            dir.join("mod.rs")
+        };
+        let docs: String = read(&map)
+            .lines()
+            .filter(|l| l.starts_with("//!"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let named = regex::Regex::new(&format!(r"\b{}\b", regex::escape(&name))).unwrap();
+        if !named.is_match(&docs) {
+            unnamed.push(path.strip_prefix(root()).unwrap().display().to_string());
+        }
+    }
+    assert!(unnamed.is_empty(), "not in their folder's map: {unnamed:?}");
+}
