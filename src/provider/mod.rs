@@ -7,7 +7,7 @@
 //!   the vendors share;
 //! - one file per vendor, each with its answer table in its rustdoc: [`json`] (our own contract,
 //!   the default, spoken by `fake-provider`), [`sendgrid`], [`ses`], [`postmark`], [`mailgun`],
-//!   [`resend`]. Adding a vendor is one file, one [`Kind`] ([`kind`]: which vendor, its public
+//!   [`resend`]. Adding a vendor is one file, one [`Kind`] (`kind.rs`: which vendor, its public
 //!   endpoint, whether it has keys), the docs; [`aws`]: SES's credentials (keys, or web identity
 //!   through STS).
 //!
