@@ -2,18 +2,8 @@
 //! `events` brakes on them and counts soft bounces; `status` and the page show each campaign's
 //! rates against them. The manifests set them once (base `config.env`), so all agree.
 //!
-//! The defaults, and why (docs/OPERATIONS.md, "The brake"):
-//! - `MAX_COMPLAINT_RATIO` 0.0008 (0.08 %): Gmail asks bulk senders to stay below 0.1 % and
-//!   never reach 0.3 %; SES reviews an account at 0.1 %. Only some mailbox providers report
-//!   complaints back (Gmail sends none per message), so the measured rate understates the real
-//!   one: the brake stops short of the lowest line.
-//! - `MAX_BOUNCE_RATIO` 0.02 (2 %): SES reviews an account at 5 % hard bounces and asks for less
-//!   than 2 %; a campaign over 2 % is mailing a stale list.
-//! - `BRAKE_MIN_SENT` 1000: below it one complaint is a ratio of 0.1 % or more; a ratio of so
-//!   few mails says nothing.
-//! - `SOFT_BOUNCE_LIMIT` 3 within `SOFT_BOUNCE_WINDOW_S` 604800 (7 days): a mailbox full three
-//!   times in a week is abandoned, while one full for a day (a holiday) is not; older soft
-//!   bounces no longer count (listmonk's never age, its #2770).
+//! Why each default is what it is (the providers' own lines, with their sources) is one table,
+//! for the operators who tune them: docs/OPERATIONS.md, "The brake".
 
 use serde::{Deserialize, Serialize};
 
