@@ -9,13 +9,13 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use campaign_sender::config::Secret;
 use campaign_sender::outcome::Refusals;
+use campaign_sender::provider::aws::AwsKeys;
 use campaign_sender::provider::aws::Source;
-use campaign_sender::provider::ses::AwsKeys;
 use campaign_sender::provider::{
     json, mailgun, postmark, resend, sendgrid, ses, Answer, Mail, Profile,
 };
+use campaign_sender::secret::Secret;
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use reqwest::header::{HeaderMap, HeaderValue};
 

@@ -7,8 +7,30 @@
 
 use serde::Serialize;
 
-use crate::report::StopReason;
 use crate::store::CampaignCounts;
+
+/// Why a pass stopped (the run report's `reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// Nothing left to send.
+    Done,
+    /// `DEADLINE_S` (or a step's `stop_at`) passed: the run's time is up, work may be left.
+    Deadline,
+    /// The campaign's send window is closed (at the start, or it closed during the run).
+    WindowClosed,
+    /// SIGTERM or SIGINT (the process's shutdown token).
+    Signal,
+    /// This pod found the campaign's `failed` rows over the budget (and paused it).
+    TooManyFailures,
+    /// The campaign's kill switch was on at the start or was turned on during the run.
+    Paused,
+    /// The provider refused the account or the endpoint (this pod's answer or another's of the
+    /// same limit key), at the start or during the run; lifted by `campaign-sender resume`.
+    AccountRefused,
+    /// The limit key's daily quota (`MAIL_DAILY_QUOTA`) has nothing left until usage ages out.
+    QuotaExhausted,
+}
 
 /// How a command ends, one name per code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -20,7 +20,9 @@
 //!   DST included).
 //!
 //! Around it:
-//! - [`config`]: typed environment configuration, defaults, validation (exit 78), secrets;
+//! - [`config`]: typed environment configuration, defaults, validation (exit 78); it builds
+//!   the typed values the rest takes (the provider client, the webhook listeners, the rules);
+//! - [`secret`]: a value never printed (a URL with a password, a key);
 //! - [`campaign_id`]: the one alphabet of campaign ids (they travel in headers and tags);
 //! - [`mailbox`]: the sender and reply-to, exactly one RFC 5322 mailbox each;
 //! - [`shown`]: how text from outside may be shown (never an address, escaped, cut);
@@ -42,6 +44,20 @@
 //!   the background (`board.rs`) and drawn on the server (`page.rs`, `chart.rs`);
 //! - [`cli`]: the subcommands, for the binary (`src/main.rs`), which owns signals and the exit.
 //!
+//! # Layers
+//! Dependencies point down: a module uses only modules on lines below its own, never one above
+//! or beside it (held by `tests/it/layers.rs` over every `crate::` path outside tests):
+//! 1. `cli`
+//! 2. `web`, `worker`
+//! 3. `status`
+//! 4. `config`
+//! 5. `events`, `rate`, `import`
+//! 6. `provider`
+//! 7. `report`, `mailbox`, `metrics`, `unsubscribe`
+//! 8. `outcome`, `exit`
+//! 9. `store`
+//! 10. `window`, `shown`, `text_enum`, `campaign_id`, `secret`, `http`, `telemetry`
+//!
 //! The fake provider and the load harnesses are crates of their own (`fake-provider/`,
 //! `loadtest/`), so they never reach the production binary.
 
@@ -58,6 +74,7 @@ pub mod outcome;
 pub mod provider;
 pub mod rate;
 pub mod report;
+pub mod secret;
 pub mod shown;
 pub mod status;
 pub mod store;

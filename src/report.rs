@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+pub use crate::exit::StopReason;
 use crate::exit::{self, Exit, Mode};
 use crate::outcome::{ErrorClass, Resolution};
 use crate::store::CampaignCounts;
@@ -74,29 +75,6 @@ impl WorkerStats {
             Resolution::Unconfirmed { .. } => self.unconfirmed += 1,
         }
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-/// Why a pass stopped.
-pub enum StopReason {
-    /// Nothing left to send.
-    Done,
-    /// `DEADLINE_S` (or a step's `stop_at`) passed: the run's time is up, work may be left.
-    Deadline,
-    /// The campaign's send window is closed (at the start, or it closed during the run).
-    WindowClosed,
-    /// SIGTERM or SIGINT (the process's shutdown token).
-    Signal,
-    /// This pod found the campaign's `failed` rows over the budget (and paused it).
-    TooManyFailures,
-    /// The campaign's kill switch was on at the start or was turned on during the run.
-    Paused,
-    /// The provider refused the account or the endpoint (this pod's answer or another's of the
-    /// same limit key), at the start or during the run; lifted by `campaign-sender resume`.
-    AccountRefused,
-    /// The limit key's daily quota (`MAIL_DAILY_QUOTA`) has nothing left until usage ages out.
-    QuotaExhausted,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -2,7 +2,7 @@
 //! `LOG_FORMAT=json|text` overrides, `RUST_LOG` filters (default `info`).
 //!
 //! Nothing logged anywhere in this crate carries an email address or a secret: rows are
-//! named by member id, and secrets are [`crate::config::Secret`].
+//! named by member id, and secrets are [`crate::secret::Secret`].
 
 use std::io::IsTerminal;
 

@@ -142,7 +142,7 @@ impl<'a> Db<'a> {
         patience: Patience,
         schema_wait: Duration,
     ) -> Result<PgPool, CliError> {
-        let pool = connect::connect(self.cfg, session, |e| patience.waits_for(e)).await?;
+        let pool = connect::connect(self.cfg.reach(), session, |e| patience.waits_for(e)).await?;
         match wait_for_schema(&pool, schema_wait).await {
             Ok(()) => Ok(pool),
             Err(SchemaWait::NotMigrated) => {
@@ -155,7 +155,10 @@ impl<'a> Db<'a> {
 }
 
 async fn migrate(db: &Db<'_>) -> CliResult {
-    let pool = connect::connect(db.cfg, Session::Other, |e| Patience::Worker.waits_for(e)).await?;
+    let pool = connect::connect(db.cfg.reach(), Session::Other, |e| {
+        Patience::Worker.waits_for(e)
+    })
+    .await?;
     if let Err(e) = MIGRATOR.run(&pool).await {
         error!(error = %e, "migration failed; the database is unchanged past the last applied migration");
         return Err(Exit::Incomplete.into());
@@ -180,6 +183,7 @@ async fn migrate(db: &Db<'_>) -> CliResult {
 async fn work(db: &Db<'_>, serve: Option<bool>, shutdown: CancellationToken) -> CliResult {
     let (serve, wait_for_campaign) = (serve.is_some(), serve.unwrap_or(false));
     let cfg = RunConfig::from_env().map_err(config_failure)?;
+    let provider = cfg.provider().map_err(config_failure)?;
     if let Some(addr) = cfg.metrics_socket() {
         if let Err(e) = crate::metrics::install(addr, &cfg.worker_name()) {
             eprintln!("configuration error: METRICS_ADDR: cannot serve metrics on {addr} ({e})");
@@ -201,10 +205,7 @@ async fn work(db: &Db<'_>, serve: Option<bool>, shutdown: CancellationToken) -> 
     });
     let campaign_id = cfg.campaign_id.clone();
     let store = Store::new(pool.clone(), cfg.campaign_id.clone());
-    let worker = Worker::new(cfg, store, outage_limit).map_err(|e| {
-        error!(error = %e, "configuration error; nothing sent");
-        CliError::Exit(Exit::Config)
-    })?;
+    let worker = Worker::new(cfg, provider, store, outage_limit);
     // A typo in CAMPAIGN_ID would "succeed" with nothing sent (a Job) or idle forever (serve).
     if !wait_for_campaign {
         if let Some(refusal) = operator::known(&pool, &campaign_id, false).await? {

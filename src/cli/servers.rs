@@ -60,8 +60,8 @@ async fn serve(
 pub(super) async fn events(db: &Db<'_>, shutdown: CancellationToken) -> CliResult {
     let cfg = EventsConfig::from_env().map_err(config_failure)?;
     let addr = cfg.socket().map_err(config_failure)?;
-    let mut listeners = cfg.listeners().map_err(config_failure)?;
-    listeners.rules = BrakeConfig::from_env().map_err(config_failure)?;
+    let rules = BrakeConfig::from_env().map_err(config_failure)?.rules();
+    let listeners = cfg.listeners(rules).map_err(config_failure)?;
     if let Some(m) = cfg.metrics_addr.as_ref().and_then(|a| a.parse().ok()) {
         // The pod's name labels every series; held to a worker id's alphabet, like a worker's.
         let name = std::env::var("HOSTNAME").unwrap_or_else(|_| "events".into());

@@ -19,6 +19,17 @@ pub struct DbConfig {
     pub db_connect_retry_s: u64,
 }
 
+impl DbConfig {
+    /// What connecting needs of this configuration.
+    pub fn reach(&self) -> crate::store::connect::Reach<'_> {
+        crate::store::connect::Reach {
+            url: self.database_url.expose(),
+            max_connections: self.db_max_connections,
+            retry_for: std::time::Duration::from_secs(self.db_connect_retry_s),
+        }
+    }
+}
+
 impl FromEnv for DbConfig {
     fn validate(&self) -> Result<(), ConfigError> {
         let url = self.database_url.expose();

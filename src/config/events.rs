@@ -14,6 +14,7 @@ use crate::events::server::Listeners;
 use crate::events::sns::{Sns, DEFAULT_CERT_URL_PATTERN};
 use crate::events::webhook::Webhook;
 use crate::http::{Budget, Doors};
+use crate::store::events::Rules;
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct EventsConfig {
@@ -135,7 +136,7 @@ impl FromEnv for EventsConfig {
                 "must hold two bodies of EVENTS_MAX_BODY_BYTES; raise it or lower that",
             ));
         }
-        let l = self.listeners()?;
+        let l = self.listeners(super::BrakeConfig::default().rules())?;
         if l.webhooks.is_empty() && l.one_click.is_none() {
             return Err(ConfigError::new(
                 "SENDGRID_WEBHOOK_PUBLIC_KEY",
@@ -157,9 +158,9 @@ impl EventsConfig {
         })
     }
 
-    /// A verifier for every vendor whose secret is set; a secret that cannot be one names its
-    /// variable.
-    pub fn listeners(&self) -> Result<Listeners, ConfigError> {
+    /// A verifier for every vendor whose secret is set, weighing events by `rules`
+    /// ([`super::BrakeConfig::rules`]); a secret that cannot be one names its variable.
+    pub fn listeners(&self, rules: Rules) -> Result<Listeners, ConfigError> {
         let sendgrid = self
             .sendgrid_webhook_public_key
             .as_ref()
@@ -234,7 +235,7 @@ impl EventsConfig {
                 self.read_timeout(),
             ),
             db_timeout: Duration::from_millis(self.events_db_timeout_ms),
-            rules: crate::config::BrakeConfig::default(),
+            rules,
             one_click: self
                 .unsubscribe_secret
                 .as_ref()

@@ -22,10 +22,7 @@ mod run;
 mod vendor;
 mod web;
 
-use std::fmt;
-
-use serde::{Deserialize, Serialize};
-
+use crate::secret::Secret;
 pub use brake::BrakeConfig;
 pub use db::DbConfig;
 pub use events::EventsConfig;
@@ -46,39 +43,6 @@ pub trait FromEnv: serde::de::DeserializeOwned {
 
     fn from_env() -> Result<Self, ConfigError> {
         Self::from_vars(std::env::vars())
-    }
-}
-
-/// A value that must never reach a log line. `Debug`/`Display` print `[redacted]`.
-#[derive(Clone, Deserialize, PartialEq, Eq)]
-#[serde(transparent)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-    /// The secret itself, for the one place that needs it (a connection, a header).
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("[redacted]")
-    }
-}
-
-impl Serialize for Secret {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str("[redacted]")
-    }
-}
-
-impl fmt::Display for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("[redacted]")
     }
 }
 

@@ -399,7 +399,6 @@ impl RunConfig {
         }
         self.validate_names()?;
         self.mail_base()?;
-        self.mail_roots()?;
         if self
             .mail_api_key
             .as_ref()
@@ -410,7 +409,6 @@ impl RunConfig {
                 "is set but empty; unset it or give the key",
             ));
         }
-        crate::provider::profile(self)?;
         self.validate_unsubscribe()?;
         positive("CONNECT_TIMEOUT_MS", self.connect_timeout_ms)?;
         positive("READ_TIMEOUT_MS", self.read_timeout_ms)
@@ -610,22 +608,6 @@ impl RunConfig {
 
     pub fn pause_poll(&self) -> Duration {
         Duration::from_millis(self.pause_poll_ms)
-    }
-
-    /// The CA certificates of `MAIL_CA_FILE` (none when unset), read and parsed: a file that
-    /// cannot be read or holds no certificate is a configuration error, checked at start.
-    pub fn mail_roots(&self) -> Result<Vec<reqwest::Certificate>, ConfigError> {
-        let Some(path) = &self.mail_ca_file else {
-            return Ok(Vec::new());
-        };
-        let bad = |why: String| ConfigError::new("MAIL_CA_FILE", format!("{why} ({path})"));
-        let pem = std::fs::read(path).map_err(|e| bad(format!("cannot be read: {e}")))?;
-        let roots = reqwest::Certificate::from_pem_bundle(&pem)
-            .map_err(|e| bad(format!("is not a PEM file of certificates: {e}")))?;
-        if roots.is_empty() {
-            return Err(bad("holds no PEM certificate".into()));
-        }
-        Ok(roots)
     }
 
     /// The provider retry timing: `MAX_ATTEMPTS`, `BACKOFF_BASE_MS`, `BACKOFF_MAX_MS`,

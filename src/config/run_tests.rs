@@ -36,13 +36,14 @@ fn defaults_are_the_documented_ones() {
 
 #[test]
 fn a_mail_ca_file_that_cannot_be_used_is_refused_at_start_naming_it() {
-    let missing = RunConfig::from_vars(vars(&[("MAIL_CA_FILE", "/nonexistent/ca.pem")]));
-    assert_eq!(missing.unwrap_err().var, "MAIL_CA_FILE");
+    let provider = |v: &[(&str, &str)]| RunConfig::from_vars(vars(v)).unwrap().provider().err();
+    let missing = provider(&[("MAIL_CA_FILE", "/nonexistent/ca.pem")]);
+    assert_eq!(missing.unwrap().var, "MAIL_CA_FILE");
     let not_pem = std::env::temp_dir().join(format!("cs-not-pem-{}", std::process::id()));
     std::fs::write(&not_pem, "not a certificate\n").unwrap();
-    let empty = RunConfig::from_vars(vars(&[("MAIL_CA_FILE", not_pem.to_str().unwrap())]));
+    let empty = provider(&[("MAIL_CA_FILE", not_pem.to_str().unwrap())]);
     let _ = std::fs::remove_file(&not_pem);
-    let err = empty.unwrap_err();
+    let err = empty.unwrap();
     assert_eq!(err.var, "MAIL_CA_FILE");
     assert!(err.problem.contains("no PEM certificate"), "{err}");
 }
@@ -237,7 +238,9 @@ fn mail_provider_is_read_by_name_and_a_wrong_one_is_refused_with_the_choices() {
             crate::provider::Kind::Json => RunConfig::from_vars(vars(&[("MAIL_PROVIDER", "json")])),
             _ => c,
         };
-        assert_eq!(c.unwrap().mail_provider, kind);
+        let c = c.unwrap();
+        assert_eq!(c.mail_provider, kind);
+        assert!(c.provider().is_ok(), "{kind:?}");
     }
     let err = RunConfig::from_vars(vars(&[("MAIL_PROVIDER", "smtp")])).unwrap_err();
     assert_eq!(err.var, "MAIL_PROVIDER");

@@ -1,16 +1,108 @@
 //! The provider side of [`RunConfig`]: `MAIL_URL` or the vendor's endpoint, the idempotency
-//! window the vendor allows, SES's credentials. The profiles themselves are
-//! [`crate::provider`]'s; this is what the environment says of them, checked at start.
+//! window the vendor allows, SES's credentials, and [`RunConfig::provider`], which checks the
+//! chosen vendor's settings and builds the client from them once. The profiles themselves are
+//! [`crate::provider`]'s and read no environment; this is what the environment says of them.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::run::defaults;
 use super::{ConfigError, RunConfig};
-use crate::provider::aws::{Source, WebIdentity};
-use crate::provider::ses::AwsKeys;
-use crate::provider::Kind;
+use crate::provider::aws::{AwsKeys, Source, WebIdentity};
+use crate::provider::{self, host_of, Kind, Profile, Provider};
 
 impl RunConfig {
+    /// The provider client this configuration asks for, its vendor's settings checked: a
+    /// missing or wrong one is a [`ConfigError`] naming the variable (exit 78). Called once, at
+    /// the start of `run` and `serve`, before the database is touched.
+    pub fn provider(&self) -> Result<Provider, ConfigError> {
+        let settings = provider::Settings {
+            profile: self.profile()?,
+            base: self.mail_base()?,
+            roots: self.mail_roots()?,
+            connect_timeout: Duration::from_millis(self.connect_timeout_ms),
+            read_timeout: Duration::from_millis(self.read_timeout_ms),
+            concurrency: self.send_concurrency as usize,
+            worker: self.worker_name(),
+            campaign_id: self.campaign_id.clone(),
+            links: self.links()?,
+        };
+        Provider::new(settings)
+            .map_err(|e| ConfigError::new("MAIL_URL", format!("no HTTP client for it: {e}")))
+    }
+
+    /// The CA certificates of `MAIL_CA_FILE` (none when unset), read and parsed: a file that
+    /// cannot be read or holds no certificate is a configuration error, checked at start.
+    pub fn mail_roots(&self) -> Result<Vec<reqwest::Certificate>, ConfigError> {
+        let Some(path) = &self.mail_ca_file else {
+            return Ok(Vec::new());
+        };
+        let bad = |why: String| ConfigError::new("MAIL_CA_FILE", format!("{why} ({path})"));
+        let pem = std::fs::read(path).map_err(|e| bad(format!("cannot be read: {e}")))?;
+        let roots = reqwest::Certificate::from_pem_bundle(&pem)
+            .map_err(|e| bad(format!("is not a PEM file of certificates: {e}")))?;
+        if roots.is_empty() {
+            return Err(bad("holds no PEM certificate".into()));
+        }
+        Ok(roots)
+    }
+
+    /// The profile of `MAIL_PROVIDER`, with the settings it needs.
+    fn profile(&self) -> Result<Arc<dyn Profile>, ConfigError> {
+        let key = |what: &str| {
+            self.mail_api_key.clone().ok_or_else(|| {
+                ConfigError::new(
+                    "MAIL_API_KEY",
+                    format!(
+                        "is required with MAIL_PROVIDER={} ({what})",
+                        self.mail_provider.as_str()
+                    ),
+                )
+            })
+        };
+        // `LIST_UNSUBSCRIBE=vendor`: what turns the vendor's own on is in its request (SES,
+        // SendGrid) or in its account (Mailgun's unsubscribe tracking, a Postmark broadcast stream).
+        let vendor_managed = self.list_unsubscribe == crate::unsubscribe::Mode::Vendor;
+        Ok(match self.mail_provider {
+            Kind::Json => Arc::new(provider::json::Json {
+                api_key: self.mail_api_key.clone(),
+                refusals: self.refusals()?,
+            }),
+            Kind::Sendgrid => Arc::new(provider::sendgrid::SendGrid {
+                api_key: key("the API key, sent as Bearer")?,
+                subscription_tracking: vendor_managed,
+            }),
+            Kind::Postmark => Arc::new(provider::postmark::Postmark {
+                server_token: key("the server token")?,
+                message_stream: self.postmark_message_stream.clone(),
+            }),
+            Kind::Mailgun => Arc::new(provider::mailgun::Mailgun {
+                api_key: key("the sending API key")?,
+                domain: self.mailgun_domain.clone().ok_or_else(|| {
+                    ConfigError::new("MAILGUN_DOMAIN", "is required with MAIL_PROVIDER=mailgun (the sending domain, e.g. mg.example.com)")
+                })?,
+            }),
+            Kind::Resend => Arc::new(provider::resend::Resend {
+                api_key: key("the API key, sent as Bearer")?,
+            }),
+            Kind::Ses => Arc::new(provider::ses::Ses {
+                region: self.aws_region.clone().ok_or_else(|| {
+                    ConfigError::new("AWS_REGION", "is required with MAIL_PROVIDER=ses (e.g. eu-west-1)")
+                })?,
+                host: host_of(&self.mail_base()?),
+                credentials: Arc::new(self.aws_credentials()?),
+                configuration_set: self.ses_configuration_set.clone(),
+                list_management: vendor_managed
+                    .then(|| self.ses_contact_list.clone())
+                    .flatten()
+                    .map(|contact_list_name| provider::ses::ListManagement {
+                        contact_list_name,
+                        topic_name: self.ses_contact_topic.clone(),
+                    }),
+            }),
+        })
+    }
+
     /// `IDEMPOTENCY_WINDOW_S` fits the vendor: only one with keys has a window, longer than
     /// the safety margin (and Resend's at most its 24 h retention).
     pub(super) fn validate_idempotency_window(&self) -> Result<(), ConfigError> {

@@ -9,8 +9,9 @@ use hmac::{Hmac, Mac};
 use serde_json::Value;
 use sha2::Sha256;
 
-use super::event::{mailbox_status, member_of, text_of, time_of, Event, What};
+use super::event::{mailbox_status, member_of, text_of, time_of};
 use super::{BadBody, Refused};
+use super::{Event, What};
 
 /// The oldest (or furthest ahead) a signature's timestamp may be, seconds.
 pub const MAX_AGE_S: i64 = 300;

@@ -1,7 +1,7 @@
 //! The vendors' events come back: `campaign-sender events` takes each vendor's signed webhook,
 //! checks it on the raw body bytes, and turns bounces, complaints and unsubscribes into
-//! suppressions and proofs of acceptance into settled rows ([`event`] has the one table;
-//! [`crate::store::events`] the statements).
+//! suppressions and proofs of acceptance into settled rows ([`crate::store::event`] has the one
+//! table, [`crate::store::events`] the statements; [`event`] what the vendors' parsers share).
 //!
 //! - one file per vendor, each its authentication and its events: [`sendgrid`] (ECDSA P-256),
 //!   [`resend`] (Svix HMAC), [`mailgun`] (HMAC of timestamp + token), [`postmark`] (basic auth),
@@ -27,7 +27,7 @@ pub mod webhook;
 
 use axum::http::HeaderMap;
 
-pub use event::{Event, What, FUNNEL};
+pub use crate::store::event::{Event, What, FUNNEL};
 
 /// Why a request is refused before anything is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,11 +68,6 @@ pub struct BadBody;
 /// A header as text, if present and visible ASCII.
 pub fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name)?.to_str().ok()
-}
-
-/// The funnel column of a stored event kind (`provider_events.what`).
-pub fn funnel_of(what: &str) -> Option<&'static str> {
-    what.parse::<What>().ok().and_then(|w| w.effect().funnel)
 }
 
 #[cfg(test)]

@@ -9,8 +9,9 @@ use base64::Engine as _;
 use serde_json::Value;
 use subtle::ConstantTimeEq as _;
 
-use super::event::{member_of, text_of, time_of, Event, What};
+use super::event::{member_of, text_of, time_of};
 use super::{header, BadBody, Refused};
+use super::{Event, What};
 
 pub struct Postmark {
     /// `user:password`, as the Authorization header carries it after `Basic `.

@@ -10,8 +10,9 @@ use hmac::{Hmac, Mac};
 use serde_json::Value;
 use sha2::Sha256;
 
-use super::event::{member_of, text_of, time_of, Event, What};
+use super::event::{member_of, text_of, time_of};
 use super::{header, BadBody, Refused};
+use super::{Event, What};
 
 /// The Standard Webhooks tolerance: a timestamp further than this from our clock is refused.
 pub const TOLERANCE_S: i64 = 300;

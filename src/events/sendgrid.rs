@@ -12,8 +12,9 @@ use p256::ecdsa::{Signature, VerifyingKey};
 use p256::pkcs8::DecodePublicKey as _;
 use serde_json::Value;
 
-use super::event::{mailbox_status, member_of, text_of, time_of, Event, What};
+use super::event::{mailbox_status, member_of, text_of, time_of};
 use super::{header, BadBody, Refused};
+use super::{Event, What};
 
 const SIGNATURE: &str = "x-twilio-email-event-webhook-signature";
 const TIMESTAMP: &str = "x-twilio-email-event-webhook-timestamp";

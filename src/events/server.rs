@@ -47,8 +47,8 @@ pub struct Listeners {
     pub bodies: Budget,
     /// `EVENTS_DB_TIMEOUT_MS`: how long a request waits for the database before 503.
     pub db_timeout: Duration,
-    /// The brake's lines and the soft-bounce rule ([`crate::config::BrakeConfig`]).
-    pub rules: crate::config::BrakeConfig,
+    /// The brake's lines and the soft-bounce rule.
+    pub rules: events::Rules,
     /// `UNSUBSCRIBE_SECRET`: one-click unsubscribes with our links are honoured
     /// (`/unsubscribe/{token}`, [`super::one_click`]); 404 there without it.
     pub one_click: Option<crate::unsubscribe::Signer>,
@@ -178,7 +178,7 @@ async fn receive(
             vendor,
             &events,
             token.as_deref(),
-            &app.listeners.rules.rules(),
+            &app.listeners.rules,
         ),
     )
     .await;

@@ -21,8 +21,9 @@ use serde_json::Value;
 use x509_cert::der::{DecodePem as _, Encode as _};
 use x509_cert::Certificate;
 
-use super::event::{member_of, text_of, time_of, Event, What};
+use super::event::{member_of, text_of, time_of};
 use super::{BadBody, Refused};
+use super::{Event, What};
 
 /// `SNS_CERT_URL_PATTERN`'s default: SNS's own hosts, over HTTPS, a `.pem` path.
 pub const DEFAULT_CERT_URL_PATTERN: &str =

@@ -7,8 +7,8 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
 use super::profile::{Answer, Profile};
 use super::*;
-use crate::config::Secret;
 use crate::outcome::{Attempt, ErrorClass, Refusal};
+use crate::secret::Secret;
 
 fn answer_of(
     p: &dyn Profile,
@@ -288,7 +288,7 @@ fn ses_answers_are_read_from_its_table() {
         list_management: None,
         region: "us-east-1".into(),
         host: "email.us-east-1.amazonaws.com".into(),
-        credentials: std::sync::Arc::new(aws::Source::Static(ses::AwsKeys {
+        credentials: std::sync::Arc::new(aws::Source::Static(aws::AwsKeys {
             access_key_id: "AKID".into(),
             secret_access_key: Secret::new("s"),
             session_token: None,

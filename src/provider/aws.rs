@@ -14,8 +14,16 @@ use std::time::{Duration, SystemTime};
 
 use serde::Deserialize;
 
-use super::ses::AwsKeys;
-use crate::config::Secret;
+use crate::secret::Secret;
+
+/// The static part of the AWS credential chain: `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`
+/// and, for temporary credentials, `AWS_SESSION_TOKEN`.
+#[derive(Clone)]
+pub struct AwsKeys {
+    pub access_key_id: String,
+    pub secret_access_key: Secret,
+    pub session_token: Option<Secret>,
+}
 
 /// Temporary keys are replaced this long before they expire (the AWS SDKs' default buffer).
 pub const REFRESH_BEFORE: Duration = Duration::from_secs(300);

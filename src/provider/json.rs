@@ -13,8 +13,8 @@ use serde::Serialize;
 use super::answer;
 use super::idempotency_key;
 use super::profile::{Answer, Body, BuildError, Data, HeaderObject, Mail, Outgoing, Profile};
-use crate::config::Secret;
 use crate::outcome::{classify, Attempt, Refusals};
+use crate::secret::Secret;
 
 pub struct Json {
     pub api_key: Option<Secret>,

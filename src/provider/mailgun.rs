@@ -19,8 +19,8 @@ use std::time::{Duration, SystemTime};
 
 use super::answer;
 use super::profile::{Answer, Body, BuildError, Mail, Outgoing, Profile};
-use crate::config::Secret;
 use crate::outcome::{Attempt, Refusal};
+use crate::secret::Secret;
 
 pub const BASE: &str = "https://api.mailgun.net";
 

@@ -7,9 +7,13 @@
 //!   the vendors share;
 //! - one file per vendor, each with its answer table in its rustdoc: [`json`] (our own contract,
 //!   the default, spoken by `fake-provider`), [`sendgrid`], [`ses`], [`postmark`], [`mailgun`],
-//!   [`resend`]. Adding a vendor is one file, one [`Kind`] (`kind.rs`: which vendor, its public
-//!   endpoint, whether it has keys), the docs; [`aws`]: SES's credentials (keys, or web identity
-//!   through STS).
+//!   [`resend`]; [`aws`]: SES's credentials (keys, or web identity through STS).
+//!
+//! Adding a vendor takes: its file here (a [`Profile`]); a [`Kind`] (`kind.rs`: its name, its
+//! public endpoint, whether it honours keys); the arm of `RunConfig::provider`
+//! (`src/config/vendor.rs`) that builds it from its settings; for its webhooks, its file in
+//! [`crate::events`] and one entry in `EventsConfig::listeners`; and the docs' tables.
+//! [`Settings`] is everything the client is built from: the provider reads no environment.
 //!
 //! Here, what they share: the client (timeouts, TLS), the idempotency key and the rule that
 //! only a vendor honouring one may have an unknown outcome sent again ([`Kind::idempotent`],
@@ -42,7 +46,6 @@ mod tests;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::config::{ConfigError, RunConfig};
 use crate::outcome::{Attempt, ErrorClass};
 pub use kind::{host_of, idempotency_key, Kind, Letter};
 pub use profile::{Answer, Body, BuildError, Mail, Outgoing, Profile};
@@ -51,61 +54,25 @@ pub use profile::{Answer, Body, BuildError, Mail, Outgoing, Profile};
 /// connection reusable for normal answers, bounded for a hostile one.
 const MAX_BODY_BYTES: usize = 64 * 1024;
 
-/// The profile `cfg` asks for, with its settings checked: a missing or wrong one is a
-/// [`ConfigError`] naming the variable (exit 78).
-pub fn profile(cfg: &RunConfig) -> Result<Arc<dyn Profile>, ConfigError> {
-    let key = |what: &str| {
-        cfg.mail_api_key.clone().ok_or_else(|| {
-            ConfigError::new(
-                "MAIL_API_KEY",
-                format!(
-                    "is required with MAIL_PROVIDER={} ({what})",
-                    cfg.mail_provider.as_str()
-                ),
-            )
-        })
-    };
-    // `LIST_UNSUBSCRIBE=vendor`: what turns the vendor's own on is in its request (SES,
-    // SendGrid) or in its account (Mailgun's unsubscribe tracking, a Postmark broadcast stream).
-    let vendor_managed = cfg.list_unsubscribe == crate::unsubscribe::Mode::Vendor;
-    Ok(match cfg.mail_provider {
-        Kind::Json => Arc::new(json::Json {
-            api_key: cfg.mail_api_key.clone(),
-            refusals: cfg.refusals()?,
-        }),
-        Kind::Sendgrid => Arc::new(sendgrid::SendGrid {
-            api_key: key("the API key, sent as Bearer")?,
-            subscription_tracking: vendor_managed,
-        }),
-        Kind::Postmark => Arc::new(postmark::Postmark {
-            server_token: key("the server token")?,
-            message_stream: cfg.postmark_message_stream.clone(),
-        }),
-        Kind::Mailgun => Arc::new(mailgun::Mailgun {
-            api_key: key("the sending API key")?,
-            domain: cfg.mailgun_domain.clone().ok_or_else(|| {
-                ConfigError::new("MAILGUN_DOMAIN", "is required with MAIL_PROVIDER=mailgun (the sending domain, e.g. mg.example.com)")
-            })?,
-        }),
-        Kind::Resend => Arc::new(resend::Resend {
-            api_key: key("the API key, sent as Bearer")?,
-        }),
-        Kind::Ses => Arc::new(ses::Ses {
-            region: cfg.aws_region.clone().ok_or_else(|| {
-                ConfigError::new("AWS_REGION", "is required with MAIL_PROVIDER=ses (e.g. eu-west-1)")
-            })?,
-            host: host_of(&cfg.mail_base()?),
-            credentials: Arc::new(cfg.aws_credentials()?),
-            configuration_set: cfg.ses_configuration_set.clone(),
-            list_management: vendor_managed
-                .then(|| cfg.ses_contact_list.clone())
-                .flatten()
-                .map(|contact_list_name| ses::ListManagement {
-                    contact_list_name,
-                    topic_name: cfg.ses_contact_topic.clone(),
-                }),
-        }),
-    })
+/// Everything the client is built from, checked and typed once at start by the configuration
+/// (`RunConfig::provider`, in `src/config/vendor.rs`, which names the variable of a setting it
+/// cannot use: exit 78). Plain values: the provider reads no environment and no file.
+pub struct Settings {
+    /// The vendor's profile, its secrets and options in it.
+    pub profile: Arc<dyn Profile>,
+    /// `MAIL_URL` (the JSON contract: the whole URL) or the vendor's base URL.
+    pub base: reqwest::Url,
+    /// The CAs of `MAIL_CA_FILE`, trusted besides the built-in public roots.
+    pub roots: Vec<reqwest::Certificate>,
+    pub connect_timeout: Duration,
+    pub read_timeout: Duration,
+    /// Requests in flight at most (`SEND_CONCURRENCY`): the idle connections kept.
+    pub concurrency: usize,
+    /// The worker's name, in the `User-Agent` (never personal data).
+    pub worker: String,
+    pub campaign_id: String,
+    /// `LIST_UNSUBSCRIBE=ours`: every mail's one-click link.
+    pub links: Option<crate::unsubscribe::Links>,
 }
 
 #[derive(Clone)]
@@ -123,38 +90,39 @@ pub struct Provider {
 }
 
 impl Provider {
-    /// The client for `cfg`'s provider. Fails on a setting the profile cannot use, a
-    /// `MAIL_CA_FILE` that cannot be used, or if the TLS stack cannot be built.
-    pub fn new(cfg: &RunConfig) -> Result<Self, ConfigError> {
-        let connect = Duration::from_millis(cfg.connect_timeout_ms);
-        let read = Duration::from_millis(cfg.read_timeout_ms);
+    /// The client for `s`. Fails only if the TLS stack cannot be built.
+    pub fn new(s: Settings) -> Result<Self, reqwest::Error> {
         let mut builder = reqwest::Client::builder();
-        for root in cfg.mail_roots()? {
+        for root in s.roots {
             builder = builder.add_root_certificate(root);
         }
         let client = builder
-            .connect_timeout(connect)
-            .read_timeout(read)
+            .connect_timeout(s.connect_timeout)
+            .read_timeout(s.read_timeout)
             .redirect(reqwest::redirect::Policy::none())
-            .pool_max_idle_per_host(cfg.send_concurrency as usize)
+            .pool_max_idle_per_host(s.concurrency)
             .tcp_nodelay(true)
             // The worker's name (never personal data) lets the provider side, and our fake,
             // tell pods apart.
             .user_agent(format!(
                 "campaign-sender/{} ({})",
                 env!("CARGO_PKG_VERSION"),
-                cfg.worker_name()
+                s.worker
             ))
-            .build()
-            .map_err(|e| ConfigError::new("MAIL_URL", format!("no HTTP client for it: {e}")))?;
+            .build()?;
         Ok(Self {
-            total: cfg.request_timeout(),
+            total: s.connect_timeout + s.read_timeout,
             client,
-            base: cfg.mail_base()?,
-            profile: profile(cfg)?,
-            campaign_id: cfg.campaign_id.clone(),
-            links: cfg.links()?,
+            base: s.base,
+            profile: s.profile,
+            campaign_id: s.campaign_id,
+            links: s.links,
         })
+    }
+
+    /// The base URL requests go to (`MAIL_URL` or the vendor's public endpoint).
+    pub fn base(&self) -> &reqwest::Url {
+        &self.base
     }
 
     /// Ready to sign: fetches the vendor's credentials now if it needs some (SES with web

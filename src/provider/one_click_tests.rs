@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::profile::{Body, Mail, Profile};
 use super::*;
-use crate::config::Secret;
+use crate::secret::Secret;
 use crate::unsubscribe::{Links, Signer, ONE_CLICK};
 
 fn link() -> crate::unsubscribe::Link {
@@ -53,7 +53,7 @@ fn ses(list_management: Option<ses::ListManagement>) -> ses::Ses {
         list_management,
         region: "us-east-1".into(),
         host: "127.0.0.1:8025".into(),
-        credentials: std::sync::Arc::new(aws::Source::Static(ses::AwsKeys {
+        credentials: std::sync::Arc::new(aws::Source::Static(aws::AwsKeys {
             access_key_id: "AKIDEXAMPLE".into(),
             secret_access_key: Secret::new("secret"),
             session_token: None,

@@ -22,8 +22,8 @@ use serde_json::Value;
 
 use super::answer;
 use super::profile::{Answer, Body, BuildError, Data, HeaderList, Mail, Outgoing, Profile, Text};
-use crate::config::Secret;
 use crate::outcome::{Attempt, Refusal};
+use crate::secret::Secret;
 
 pub const BASE: &str = "https://api.postmarkapp.com";
 

@@ -23,8 +23,8 @@ use serde::Serialize;
 use super::answer;
 use super::idempotency_key;
 use super::profile::{Answer, Body, BuildError, Data, HeaderObject, Mail, Outgoing, Profile, Text};
-use crate::config::Secret;
 use crate::outcome::{Attempt, ErrorClass};
+use crate::secret::Secret;
 
 pub const BASE: &str = "https://api.resend.com";
 

@@ -23,9 +23,9 @@ use serde_json::Value;
 
 use super::answer;
 use super::profile::{Answer, Body, BuildError, Data, HeaderObject, Mail, Outgoing, Profile, Text};
-use crate::config::Secret;
 use crate::mailbox::Mailbox;
 use crate::outcome::Attempt;
+use crate::secret::Secret;
 
 pub const BASE: &str = "https://api.sendgrid.com";
 

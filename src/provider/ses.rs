@@ -32,7 +32,6 @@ use std::sync::Arc;
 use super::answer;
 use super::aws::Source;
 use super::profile::{Answer, Body, BuildError, HeaderList, Mail, Outgoing, Profile, Text};
-use crate::config::Secret;
 use crate::outcome::{Attempt, Refusal};
 
 pub const PATH: &str = "/v2/email/outbound-emails";
@@ -40,15 +39,6 @@ pub const PATH: &str = "/v2/email/outbound-emails";
 /// The public endpoint of `region`.
 pub fn base(region: &str) -> String {
     format!("https://email.{region}.amazonaws.com")
-}
-
-/// The static part of the AWS credential chain: `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`
-/// and, for temporary credentials, `AWS_SESSION_TOKEN`.
-#[derive(Clone)]
-pub struct AwsKeys {
-    pub access_key_id: String,
-    pub secret_access_key: Secret,
-    pub session_token: Option<Secret>,
 }
 
 pub struct Ses {

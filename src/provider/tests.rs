@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::profile::{Body, Mail, Outgoing, Profile};
 use super::*;
-use crate::config::Secret;
+use crate::secret::Secret;
 
 /// The one mail every capture sent: to Ann.Lee@example.com from news@example.com, template
 /// `spring` (SendGrid `d-spring`), data `{"first_name":"Ann"}`, campaign `c1`, member 42.
@@ -215,7 +215,7 @@ fn ses_asks_as_its_sdk_does_and_its_signature_holds_for_an_independent_checker()
         list_management: None,
         region: "us-east-1".into(),
         host: "127.0.0.1:8025".into(),
-        credentials: std::sync::Arc::new(aws::Source::Static(ses::AwsKeys {
+        credentials: std::sync::Arc::new(aws::Source::Static(aws::AwsKeys {
             access_key_id: "AKIDEXAMPLE".into(),
             secret_access_key: Secret::new("secret"),
             session_token: None,
@@ -510,7 +510,7 @@ fn ses_signs_with_web_identity_keys_once_held_and_hands_them_to_the_client_to_re
         panic!("the client must be given SES's credentials to refresh them")
     };
     w.hold(
-        ses::AwsKeys {
+        aws::AwsKeys {
             access_key_id: "ASIATEMP".into(),
             secret_access_key: Secret::new("s"),
             session_token: Some(Secret::new("the-session-token")),

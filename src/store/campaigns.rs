@@ -144,15 +144,6 @@ pub async fn settings(pool: &PgPool, campaign_id: &str) -> Result<CampaignSettin
 }
 
 impl CampaignSettings {
-    /// The campaign's part of every mail.
-    pub fn letter(&self) -> crate::provider::Letter {
-        crate::provider::Letter {
-            template: self.template.clone(),
-            from: self.from_address.clone(),
-            reply_to: self.reply_to.clone(),
-        }
-    }
-
     /// `failed` rows a campaign of `total` rows may have before a run stops with exit 2 and
     /// pauses it: the settings row's ratio, else `default_ratio` (`MAX_PERMANENT_FAILURE_RATIO`).
     /// One rule for the worker and for `status`.

@@ -23,8 +23,8 @@ use tokio::time::Instant;
 
 use sqlx::Connection;
 
+pub use super::outage::{error_text, sqlstate};
 use super::outage::{retrying_if, Outage};
-use crate::config::DbConfig;
 
 /// How long a statement waits for a pooled connection before its retry rule
 /// ([`super::outage`]) takes over. sqlx backs off between its own connection attempts by up to a
@@ -111,6 +111,18 @@ pub fn pool(opts: PgConnectOptions, max: u32) -> PgPool {
 /// The embedded migrations (`migrations/`).
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
+/// Where the database is and how long to keep trying it (`crate::config::DbConfig`'s
+/// `DATABASE_URL`, `DB_MAX_CONNECTIONS`, `DB_CONNECT_RETRY_S`).
+#[derive(Clone, Copy)]
+pub struct Reach<'a> {
+    /// The connection URL: a secret, never shown.
+    pub url: &'a str,
+    /// The pool's size.
+    pub max_connections: u32,
+    /// How long an unreachable database is waited for.
+    pub retry_for: Duration,
+}
+
 /// Connects with bounded retries: an unreachable database at start (a pod scheduled before
 /// Cloud SQL's proxy is up, a failover) is waited for up to `DB_CONNECT_RETRY_S`, then the last
 /// error goes to the caller, which says what to check (`crate::cli::problem::report`). `retry`
@@ -121,16 +133,16 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 /// ("connection refused", a refused login), not the pool's "timed out waiting for a
 /// connection"; the pool is built on it once it succeeds.
 pub async fn connect(
-    cfg: &DbConfig,
+    reach: Reach<'_>,
     session: Session,
     retry: impl Fn(&sqlx::Error) -> bool,
 ) -> Result<PgPool, sqlx::Error> {
-    let opts: PgConnectOptions = cfg.database_url.expose().parse()?;
+    let opts: PgConnectOptions = reach.url.parse()?;
     let opts = opts
         .application_name("campaign-sender")
         .options(session.server_settings())
         .log_slow_statements(tracing::log::LevelFilter::Warn, Duration::from_secs(2));
-    let limit = Duration::from_secs(cfg.db_connect_retry_s);
+    let limit = reach.retry_for;
     let give_up = Instant::now() + limit;
     retrying_if(limit, "connecting to the database", retry, || async {
         // Each try is bounded by what is left of DB_CONNECT_RETRY_S (at least 500 ms, at most
@@ -143,29 +155,9 @@ pub async fn connect(
             .await
             .map_err(|_| sqlx::Error::PoolTimedOut)??;
         first.close().await?;
-        Ok(pool(opts.clone(), cfg.db_max_connections))
+        Ok(pool(opts.clone(), reach.max_connections))
     })
     .await
-}
-
-/// A database error as it may be logged or shown, at start and mid-run alike: a refused login
-/// (SQLSTATE class 28) by its code only — the server's text names the user, the client address
-/// and the database, and a Cloud SQL IAM user is an email address; anything else (I/O, TLS,
-/// other server answers, whose messages name tables, columns or the database) as sqlx words it,
-/// which never holds the URL or the password.
-pub fn error_text(e: &sqlx::Error) -> String {
-    match sqlstate(e) {
-        Some(c) if c.starts_with("28") => format!("the server refused the login (SQLSTATE {c})"),
-        _ => e.to_string(),
-    }
-}
-
-/// The SQLSTATE of a server's answer, if the error is one.
-pub fn sqlstate(e: &sqlx::Error) -> Option<String> {
-    match e {
-        sqlx::Error::Database(d) => d.code().map(|c| c.into_owned()),
-        _ => None,
-    }
 }
 
 /// Whether every embedded migration has been applied (a pod started together with the migrate

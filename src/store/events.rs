@@ -17,8 +17,8 @@
 use sqlx::{PgConnection, PgPool};
 
 use super::brake::{self, Braked, Line};
+use super::event::{funnel_of, Event, What, FUNNEL};
 use super::soft_bounces::{self, SoftBounce};
-use crate::events::{Event, What, FUNNEL};
 
 /// What one request's events did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -334,7 +334,7 @@ pub async fn funnel(pool: &PgPool, campaign_id: &str) -> Result<Vec<(String, i64
         .map(|col| {
             let n = rows
                 .iter()
-                .filter(|(what, _)| crate::events::funnel_of(what) == Some(col))
+                .filter(|(what, _)| funnel_of(what) == Some(col))
                 .map(|(_, n)| n)
                 .sum();
             (col.to_string(), n)

@@ -15,6 +15,7 @@
 //! - [`suppressions`]: the provider's suppression list (`suppress`), and `resolve` of
 //!   `unconfirmed` rows; [`row_state`]: the states a row can be in;
 //! - [`events`]: `provider_events` and `webhook_tokens`, what the vendors' events do;
+//!   [`event`]: one vendor event as stored, and the one table of what each kind does;
 //!   [`brake`]: `campaign_tallies`, each campaign's sent, complaints and hard bounces, and the
 //!   pause over a line; [`soft_bounces`]: soft bounces that age into a suppression;
 //! - [`connect`]: the pool and the migrations; [`roles`]: docs/roles.sql, granted after them;
@@ -34,6 +35,7 @@ pub mod brake;
 pub mod budgets;
 pub mod campaigns;
 pub mod connect;
+pub mod event;
 pub mod events;
 pub mod failed;
 pub mod history;

@@ -4,6 +4,8 @@
 //! pause watch. Only the limit differs: `DB_CONNECT_RETRY_S` for what the run cannot go on
 //! without, one beat or one poll for what is tried again at the next one anyway.
 //!
+//! And how a database error may be shown in a log line or to a person ([`error_text`]).
+//!
 //! Tries 200 ms apart, doubling, at most 500 ms apart, and the last wait cut so that the last
 //! try is made at the limit. At most half a second apart, so a fleet is back within half a
 //! second of the database's return (and at its rate limit within two: docs/BENCHMARKS.md;
@@ -33,8 +35,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use tracing::warn;
-
-use super::connect::error_text;
 
 /// The wait after the first failed try.
 pub const FIRST_WAIT: Duration = Duration::from_millis(200);
@@ -147,6 +147,26 @@ pub fn cut(bound: Duration) -> sqlx::Error {
             bound.as_secs_f64()
         ),
     ))
+}
+
+/// A database error as it may be logged or shown, at start and mid-run alike: a refused login
+/// (SQLSTATE class 28) by its code only — the server's text names the user, the client address
+/// and the database, and a Cloud SQL IAM user is an email address; anything else (I/O, TLS,
+/// other server answers, whose messages name tables, columns or the database) as sqlx words it,
+/// which never holds the URL or the password.
+pub fn error_text(e: &sqlx::Error) -> String {
+    match sqlstate(e) {
+        Some(c) if c.starts_with("28") => format!("the server refused the login (SQLSTATE {c})"),
+        _ => e.to_string(),
+    }
+}
+
+/// The SQLSTATE of a server's answer, if the error is one.
+pub fn sqlstate(e: &sqlx::Error) -> Option<String> {
+    match e {
+        sqlx::Error::Database(d) => d.code().map(|c| c.into_owned()),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

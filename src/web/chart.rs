@@ -118,7 +118,7 @@ pub fn sent(minutes: &[Minute], read_at: DateTime<Utc>, zone: Tz) -> Markup {
         "Mails delivered {unit}, {} to {} {last}: {} in all, at most {:.0} a minute (read at {}).",
         label_time(first, zone, true),
         label_time(end, zone, true),
-        super::page::grouped(total),
+        super::grouped(total),
         peak,
         read_at.with_timezone(&zone).format("%H:%M:%S %Z")
     );
@@ -130,7 +130,7 @@ pub fn sent(minutes: &[Minute], read_at: DateTime<Utc>, zone: Tz) -> Markup {
                     @let y = TOP + plot_h - plot_h * i as f64 / 2.0;
                     line.grid x1=(LEFT) x2=(W) y1=(y) y2=(y) {}
                     text.axis x=(LEFT - 6.0) y=(y + 4.0) text-anchor="end" {
-                        (super::page::grouped((top * i as f64 / 2.0).round() as i64))
+                        (super::grouped((top * i as f64 / 2.0).round() as i64))
                     }
                 }
                 @for (i, (at, v)) in b.bars.iter().enumerate() {

@@ -55,6 +55,12 @@ struct App {
     logins: Vec<String>,
 }
 
+/// `1 200 000`: digits in groups of three, thin-spaced, as the page and its charts show
+/// counts.
+pub fn grouped(n: i64) -> String {
+    crate::shown::grouped(n, '\u{2009}')
+}
+
 /// The router, for `web` and for tests.
 pub fn router(board: Arc<Board>, logins: Vec<String>) -> Router {
     let app = Arc::new(App { board, logins });

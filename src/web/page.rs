@@ -12,14 +12,9 @@ use chrono_tz::Tz;
 use maud::{html, Markup, DOCTYPE};
 
 use super::board::{Board, View};
-use super::chart;
+use super::{chart, grouped};
 use crate::status::state::State;
 use crate::status::{budget, duration, Status};
-
-/// `1 200 000`: digits in groups of three, thin-spaced.
-pub fn grouped(n: i64) -> String {
-    crate::shown::grouped(n, '\u{2009}')
-}
 
 /// What a path segment may hold as it is; everything else is percent-encoded (RFC 3986's
 /// unreserved characters stay).

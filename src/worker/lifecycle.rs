@@ -19,6 +19,7 @@ use super::shutdown::NoAnswer;
 use super::{RunError, Step, Worker};
 use crate::exit::Mode;
 use crate::metrics as m;
+use crate::provider::Letter;
 use crate::report::{RunReport, StopReason};
 use crate::store::campaigns::{self, CampaignSettings};
 use crate::store::{budgets, CampaignCounts};
@@ -68,7 +69,7 @@ impl Worker {
             })
             .await?;
         self.sendable(&settings).await?;
-        let p = Pipeline::new(self, settings.letter().into(), cancel, true, i64::MAX);
+        let p = Pipeline::new(self, letter(&settings).into(), cancel, true, i64::MAX);
         let _deadline = p.stop.at(stop_at, StopReason::Deadline);
         let empty = p.drive().await;
         if let Some(e) = p.stop.take_fatal() {
@@ -205,7 +206,7 @@ impl Worker {
         if let Some(caution) = self.cfg.list_unsubscribe.caution() {
             warn!(worker = %self.name, "{caution}");
         }
-        let letter = Arc::new(start.settings.letter());
+        let letter = Arc::new(letter(&start.settings));
         let mut p = Pipeline::new(self, letter, cancel, false, start.failure_budget);
         p.requests_end = end.map(|e| e.at + REQUEST_GRACE);
         let end_guard = end.map(|e| p.stop.at(e.at, e.reason));
@@ -320,5 +321,14 @@ impl Worker {
             counts,
             failure_budget,
         })
+    }
+}
+
+/// The campaign's part of every mail: its settings row's template, sender and reply-to.
+fn letter(settings: &CampaignSettings) -> Letter {
+    Letter {
+        template: settings.template.clone(),
+        from: settings.from_address.clone(),
+        reply_to: settings.reply_to.clone(),
     }
 }

@@ -130,10 +130,9 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// A worker for `cfg`'s campaign on `store`. Fails if the HTTP client cannot be built
-    /// ([`Provider::new`]).
-    pub fn new(cfg: RunConfig, store: Store, outage_limit: Duration) -> Result<Self, ConfigError> {
-        let provider = Provider::new(&cfg)?;
+    /// A worker for `cfg`'s campaign on `store`, sending through `provider` (built from the
+    /// same configuration: [`RunConfig::provider`]).
+    pub fn new(cfg: RunConfig, provider: Provider, store: Store, outage_limit: Duration) -> Self {
         let pacer = Pacer::new();
         let (coordinator, signals) = Coordinator::new(
             store.pool().clone(),
@@ -150,7 +149,7 @@ impl Worker {
             pacer.clone(),
         );
         let name = cfg.worker_name();
-        Ok(Self {
+        Self {
             policy: cfg.retry_policy(),
             reach: Arc::new(Reachability::new(name.clone())),
             name,
@@ -162,7 +161,7 @@ impl Worker {
             coordination: Mutex::new(Coordination::Ready(coordinator)),
             outage_limit,
             recorder: Arc::new(Recorder::default()),
-        })
+        }
     }
 
     /// What this worker did so far.

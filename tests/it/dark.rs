@@ -25,7 +25,9 @@ async fn worker_pool(url: &str, max: u32) -> PgPool {
     let session = Session::Worker {
         outage_limit: Duration::from_secs(20),
     };
-    connect::connect(&cfg, session, |_| false).await.unwrap()
+    connect::connect(cfg.reach(), session, |_| false)
+        .await
+        .unwrap()
 }
 
 /// The only connection of the pool goes dark while a statement waits for its answer. The
@@ -104,11 +106,11 @@ async fn a_run_whose_connections_go_dark_sends_every_row_once(pool: PgPool) {
     let mut cfg = config(&p.url);
     cfg.mail_rate_per_s = 1_000;
     let w = Worker::new(
-        cfg,
+        cfg.clone(),
+        cfg.provider().unwrap(),
         Store::new(worker_pool(&db.url(&url), 4).await, CAMPAIGN),
         Duration::from_secs(20),
-    )
-    .unwrap();
+    );
     let run = tokio::spawn(async move { w.run(Default::default()).await });
     until_stats(&p, Duration::from_secs(30), "sending under way", |s| {
         s.delivered >= 500
@@ -220,7 +222,7 @@ async fn keepalives_on_every_session_and_statement_bounds_only_on_a_workers(pool
         "a worker's session"
     );
     let cfg = DbConfig::from_vars([("DATABASE_URL".to_string(), url.clone())]).unwrap();
-    let other = connect::connect(&cfg, Session::Other, |_| false)
+    let other = connect::connect(cfg.reach(), Session::Other, |_| false)
         .await
         .unwrap();
     assert_eq!(

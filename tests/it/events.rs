@@ -75,7 +75,7 @@ pub(crate) fn listeners(official_sendgrid: bool) -> Listeners {
         ],
         bodies: Budget::new(64 * 1024, 16 * 1024 * 1024, Duration::from_secs(10)),
         db_timeout: Duration::from_secs(2),
-        rules: Default::default(),
+        rules: campaign_sender::config::BrakeConfig::default().rules(),
         one_click: Some(campaign_sender::unsubscribe::Signer::new(ONE_CLICK[1].1).unwrap()),
     }
 }

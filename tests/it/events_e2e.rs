@@ -35,7 +35,7 @@ async fn a_delivery_event_settles_the_row_whose_send_timed_out(pool: PgPool) {
         let mut c = config(&p.url);
         c.mail_provider = "sendgrid".parse().unwrap();
         c.mail_url = Some(base.clone());
-        c.mail_api_key = Some(campaign_sender::config::Secret::new("test-key"));
+        c.mail_api_key = Some(campaign_sender::secret::Secret::new("test-key"));
         c.read_timeout_ms = 1000;
         c
     };

@@ -86,7 +86,7 @@ fn listeners() -> Listeners {
         )],
         bodies: Budget::new(256 * 1024, 16 * 1024 * 1024, Duration::from_secs(10)),
         db_timeout: Duration::from_secs(2),
-        rules: Default::default(),
+        rules: campaign_sender::config::BrakeConfig::default().rules(),
         one_click: None,
     }
 }

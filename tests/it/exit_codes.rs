@@ -227,7 +227,15 @@ async fn a_database_gone_mid_run_is_ridden_out_for_the_whole_limit_then_the_run_
         .unwrap();
     let p = provider(Default::default()).await;
     let limit = Duration::from_secs(2);
-    let w = Worker::new(config(&p.url), Store::new(pool, CAMPAIGN), limit).unwrap();
+    let w = {
+        let cfg = config(&p.url);
+        Worker::new(
+            cfg.clone(),
+            cfg.provider().unwrap(),
+            Store::new(pool, CAMPAIGN),
+            limit,
+        )
+    };
     let t0 = std::time::Instant::now();
     let err = w.run(Default::default()).await.unwrap_err();
     let took = t0.elapsed();
@@ -261,7 +269,15 @@ async fn a_claim_refused_past_the_limit_ends_the_run_with_the_database_error(poo
         .unwrap();
     let p = provider(Default::default()).await;
     let limit = Duration::from_secs(1);
-    let w = Worker::new(config(&p.url), Store::new(db, CAMPAIGN), limit).unwrap();
+    let w = {
+        let cfg = config(&p.url);
+        Worker::new(
+            cfg.clone(),
+            cfg.provider().unwrap(),
+            Store::new(db, CAMPAIGN),
+            limit,
+        )
+    };
     let err = w.run(Default::default()).await.unwrap_err();
     assert!(
         matches!(err, RunError::Database(l, _) if l == limit),
@@ -296,10 +312,10 @@ async fn a_login_refused_mid_run_is_shown_by_its_code_never_naming_the_user(pool
     let p = provider(Default::default()).await;
     let w = Worker::new(
         config(&p.url),
+        config(&p.url).provider().unwrap(),
         Store::new(db, CAMPAIGN),
         Duration::from_secs(1),
-    )
-    .unwrap();
+    );
     let err = w.run(Default::default()).await.unwrap_err().to_string();
     sqlx::raw_sql(&format!(r#"DROP ROLE "{role}""#))
         .execute(&pool)
@@ -545,11 +561,11 @@ async fn a_stopping_pod_gives_up_writing_to_a_silent_database_within_its_grace(p
     cfg.mail_rate_per_s = 500;
     let request = cfg.request_timeout();
     let w = Worker::new(
-        cfg,
+        cfg.clone(),
+        cfg.provider().unwrap(),
         Store::new(worker_pool, CAMPAIGN),
         Duration::from_secs(60),
-    )
-    .unwrap();
+    );
     let cancel = tokio_util::sync::CancellationToken::new();
     let run = tokio::spawn({
         let cancel = cancel.clone();

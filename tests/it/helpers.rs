@@ -202,7 +202,8 @@ pub async fn worker(pool: &PgPool, cfg: RunConfig) -> Worker {
     let url = worker_url(pool).await;
     let pool = campaign_sender::store::connect::pool(url.parse().unwrap(), 8);
     let store = Store::new(pool, cfg.campaign_id.clone());
-    Worker::new(cfg, store, Duration::from_secs(10)).unwrap()
+    let provider = cfg.provider().unwrap();
+    Worker::new(cfg, provider, store, Duration::from_secs(10))
 }
 
 /// A whole in-process run with no signal: until done, the deadline or too many failures.

@@ -20,6 +20,7 @@ mod exit_codes;
 mod hostile;
 mod import;
 mod keda;
+mod layers;
 mod manifests;
 mod manifests_servers;
 mod migrate;

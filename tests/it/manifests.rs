@@ -122,7 +122,9 @@ fn every_configmap_key_is_a_variable_the_binary_reads() {
     // The Secret's part of our one-click links (the ConfigMap holds the public base URL).
     vars.push(("UNSUBSCRIBE_SECRET".into(), ONE_CLICK[1].1.into()));
     use campaign_sender::config::{DbConfig, FromEnv, RunConfig};
-    RunConfig::from_vars(vars.clone()).expect("ConfigMap is valid");
+    let run = RunConfig::from_vars(vars.clone()).expect("ConfigMap is valid");
+    run.provider()
+        .expect("ConfigMap's provider settings are valid");
     DbConfig::from_vars(vars).expect("ConfigMap is valid");
 }
 
@@ -631,6 +633,9 @@ fn the_ses_component_renders_an_environment_run_accepts() {
     let cfg = campaign_sender::config::RunConfig::from_vars(vars).unwrap_or_else(|e| {
         panic!("the SES overlay's environment is refused: {e}");
     });
+    if let Err(e) = cfg.provider() {
+        panic!("the SES overlay's provider settings are refused: {e}");
+    }
     assert_eq!(cfg.mail_provider.as_str(), "ses");
     assert_eq!(
         cfg.mail_base().unwrap().as_str(),

@@ -310,7 +310,12 @@ fn the_events_secret_example_starts_events_as_it_is() {
         "{vars:?}"
     );
     let cfg = EventsConfig::from_vars(vars).unwrap_or_else(|e| panic!("refused: {e}"));
-    assert_eq!(cfg.listeners().unwrap().vendors(), ["ses"]);
+    assert_eq!(
+        cfg.listeners(campaign_sender::config::BrakeConfig::default().rules())
+            .unwrap()
+            .vendors(),
+        ["ses"]
+    );
 }
 
 /// One database URL form everywhere a person copies one from: `sslmode=verify-full` with the
