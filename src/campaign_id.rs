@@ -27,7 +27,7 @@ pub fn problem(id: &str) -> Option<String> {
         return Some(format!(
             "holds {}, which a campaign id cannot carry: only A-Z a-z 0-9 _ - travel in every \
              vendor's metadata and the idempotency key",
-            shown_char(c)
+            crate::shown::shown_char(c)
         ));
     }
     if id.len() > MAX_LEN {
@@ -37,11 +37,6 @@ pub fn problem(id: &str) -> Option<String> {
         ));
     }
     None
-}
-
-/// `c` as an error line names it: escaped, with its code point (`'\n' (U+000A)`).
-pub fn shown_char(c: char) -> String {
-    format!("'{}' (U+{:04X})", c.escape_debug(), c as u32)
 }
 
 #[cfg(test)]

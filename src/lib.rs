@@ -25,7 +25,8 @@
 //! - [`secret`]: a value never printed (a URL with a password, a key);
 //! - [`campaign_id`]: the one alphabet of campaign ids (they travel in headers and tags);
 //! - [`mailbox`]: the sender and reply-to, exactly one RFC 5322 mailbox each;
-//! - [`shown`]: how text from outside may be shown (never an address, escaped, cut);
+//! - [`shown`]: personal data and text from outside: whether a text is plausibly an address,
+//!   and how a value may be shown (never an address, escaped, cut);
 //! - [`unsubscribe`]: one-click unsubscribe (RFC 8058) with our links: the signed token, the
 //!   headers' values (the senders add them, `events` honours them);
 //! - [`exit`]: exit codes and the one rule from how a run stopped to its code;
@@ -56,7 +57,8 @@
 //! 7. `report`, `mailbox`, `metrics`, `unsubscribe`
 //! 8. `outcome`, `exit`
 //! 9. `store`
-//! 10. `window`, `shown`, `text_enum`, `campaign_id`, `secret`, `http`, `telemetry`
+//! 10. `window`, `text_enum`, `campaign_id`, `secret`, `http`, `telemetry`
+//! 11. `shown`
 //!
 //! The fake provider and the load harnesses are crates of their own (`fake-provider/`,
 //! `loadtest/`), so they never reach the production binary.

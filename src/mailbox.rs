@@ -36,7 +36,7 @@ impl Mailbox {
             [] => return Err("is empty"),
             _ => return Err("names several mailboxes; give exactly one"),
         };
-        if !crate::outcome::plausible_email(Some(&single.addr)) {
+        if !crate::shown::plausible_email(Some(&single.addr)) {
             return Err("has no plausible address (`addr` or `Name <addr>`)");
         }
         Ok(Self {

@@ -403,27 +403,6 @@ pub fn unreachable_pause(policy: &RetryPolicy, down_for: Duration, jitter: f64) 
     half + half.mul_f64(jitter.clamp(0.0, 1.0))
 }
 
-/// A cheap plausibility check, so a row that can never be delivered fails without a request:
-/// non-empty, at most 254 bytes (RFC 5321 path limit), one `@` with text on both sides, a dot
-/// in the domain, no whitespace or control characters. Unicode is allowed (RFC 6531).
-pub fn plausible_email(email: Option<&str>) -> bool {
-    let Some(e) = email else { return false };
-    if e.is_empty() || e.len() > 254 || e.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return false;
-    }
-    match e.split_once('@') {
-        Some((local, domain)) => {
-            !local.is_empty()
-                && local.len() <= 64
-                && !domain.contains('@')
-                && domain.contains('.')
-                && !domain.starts_with('.')
-                && !domain.ends_with('.')
-        }
-        None => false,
-    }
-}
-
 /// Parses `Retry-After`: delta-seconds or an HTTP-date (RFC 9110 §10.2.3).
 pub fn parse_retry_after(value: &str, now: std::time::SystemTime) -> Option<Duration> {
     let value = value.trim();

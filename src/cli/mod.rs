@@ -7,42 +7,53 @@
 //! The binary (`src/main.rs`) parses the [`Cli`], sets up logging and the runtime, turns
 //! SIGTERM/SIGINT into the shutdown token, and calls [`run`]; nothing here exits the process.
 //!
-//! - [`args`]: every subcommand and option;
-//! - `mod.rs`: `migrate`, `run`, `serve`, and connecting for every command;
-//! - `servers.rs`: `events` and `web`, the two HTTP servers;
-//! - [`operator`]: dispatching the operator commands, `pause`, `retry-failed`, `configure`,
-//!   and the check that a named campaign exists;
+//! - `mod.rs`: the [`Cli`], the dispatch (one line per command), connecting for every command;
+//! - [`cmd`]: one file per command, its arguments beside its work;
+//! - [`args`]: the value parsers the commands share (times, rates, ratios, windows);
+//! - `servers.rs`: what the two HTTP servers (`events`, `web`) share;
 //! - [`problem`]: what a database error means for the person who must fix it (advice, exit
-//!   code, whether waiting can heal it), and how patient each command is;
-//! - `account.rs`: `resume` and `limit`; `suppress.rs`: `suppress` and `resolve`;
-//!   `archive.rs`: `archive`;
-//! - `import.rs`, `status.rs`: the terminal side of `import` and `status` (progress bars,
-//!   periodic lines, output).
+//!   code, whether waiting can heal it), and how patient each command is.
 
-mod account;
-mod archive;
 pub mod args;
-mod import;
-pub mod operator;
+pub mod cmd;
 pub mod problem;
 mod servers;
-mod status;
-mod suppress;
 
 use std::time::Duration;
 
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info};
+use tracing::error;
 
-pub use args::{Cli, Command};
+use clap::{Parser, Subcommand};
 
-use crate::config::{ConfigError, DbConfig, FromEnv, RunConfig};
+use crate::config::{ConfigError, DbConfig, FromEnv};
 use crate::exit::{self, Exit};
 use crate::store::connect::{self, wait_for_schema, SchemaWait, Session};
-use crate::store::{Store, MIGRATOR};
-use crate::worker::Worker;
 use problem::{Patience, Target, Who};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "campaign-sender",
+    version,
+    about = "Crash-, overlap- and restart-safe campaign sender on PostgreSQL"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Every subcommand, one line each: its arguments and its work are its file in [`cmd`].
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    Migrate(cmd::migrate::Migrate),
+    Run(cmd::run::Run),
+    Serve(cmd::run::Serve),
+    Events(cmd::events::Events),
+    Web(cmd::web::Web),
+    #[command(flatten)]
+    Operator(cmd::Operator),
+}
 
 /// How a command did not succeed. What went wrong has already been said, except for a
 /// database error, which [`Db::exit`] says (with what to do) as the command ends.
@@ -90,14 +101,12 @@ pub async fn run(cli: Cli, shutdown: CancellationToken) -> u8 {
     };
     let db = Db::new(&cfg, Who::of(&cli.command));
     let result = match cli.command {
-        Command::Migrate => migrate(&db).await,
-        Command::Run => work(&db, None, shutdown).await,
-        Command::Serve { wait_for_campaign } => work(&db, Some(wait_for_campaign), shutdown).await,
-        Command::Events => servers::events(&db, shutdown).await,
-        Command::Web {
-            max_permanent_failure_ratio,
-        } => servers::web(&db, max_permanent_failure_ratio, shutdown).await,
-        operator => operator::run(operator, &db, shutdown).await,
+        Command::Migrate(c) => c.run(&db).await,
+        Command::Run(c) => c.run(&db, shutdown).await,
+        Command::Serve(c) => c.run(&db, shutdown).await,
+        Command::Events(c) => c.run(&db, shutdown).await,
+        Command::Web(c) => c.run(&db, shutdown).await,
+        Command::Operator(c) => c.run(&db, shutdown).await,
     };
     db.exit(result)
 }
@@ -129,6 +138,11 @@ impl<'a> Db<'a> {
         }
     }
 
+    /// Where the database is ([`connect::connect`]).
+    fn reach(&self) -> connect::Reach<'_> {
+        self.cfg.reach()
+    }
+
     /// How long a database outage is ridden out (`DB_CONNECT_RETRY_S`).
     fn outage_limit(&self) -> Duration {
         Duration::from_secs(self.cfg.db_connect_retry_s)
@@ -142,7 +156,7 @@ impl<'a> Db<'a> {
         patience: Patience,
         schema_wait: Duration,
     ) -> Result<PgPool, CliError> {
-        let pool = connect::connect(self.cfg.reach(), session, |e| patience.waits_for(e)).await?;
+        let pool = connect::connect(self.reach(), session, |e| patience.waits_for(e)).await?;
         match wait_for_schema(&pool, schema_wait).await {
             Ok(()) => Ok(pool),
             Err(SchemaWait::NotMigrated) => {
@@ -150,96 +164,6 @@ impl<'a> Db<'a> {
                 Err(Exit::DatabaseUnavailable.into())
             }
             Err(SchemaWait::Database(e)) => Err(e.into()),
-        }
-    }
-}
-
-async fn migrate(db: &Db<'_>) -> CliResult {
-    let pool = connect::connect(db.cfg.reach(), Session::Other, |e| {
-        Patience::Worker.waits_for(e)
-    })
-    .await?;
-    if let Err(e) = MIGRATOR.run(&pool).await {
-        error!(error = %e, "migration failed; the database is unchanged past the last applied migration");
-        return Err(Exit::Incomplete.into());
-    }
-    info!("migrations applied");
-    if let Err(e) = crate::store::roles::grant(&pool).await {
-        let denied = connect::sqlstate(&e).as_deref() == Some("42501");
-        error!(error = %connect::error_text(&e), "the migrations are applied, but granting the roles of docs/roles.sql failed: the owner needs CREATEROLE, or create the roles first; then run migrate again");
-        return Err(if denied {
-            Exit::NoPermission
-        } else {
-            Exit::Incomplete
-        }
-        .into());
-    }
-    info!("the roles of docs/roles.sql are granted");
-    Ok(())
-}
-
-/// `run` (`serve`: `None`) or `serve` (`Some(wait_for_campaign)`): the worker, until it is
-/// done or told to stop. Prints the JSON report on stdout and a summary on stderr.
-async fn work(db: &Db<'_>, serve: Option<bool>, shutdown: CancellationToken) -> CliResult {
-    let (serve, wait_for_campaign) = (serve.is_some(), serve.unwrap_or(false));
-    let cfg = RunConfig::from_env().map_err(config_failure)?;
-    let provider = cfg.provider().map_err(config_failure)?;
-    if let Some(addr) = cfg.metrics_socket() {
-        if let Err(e) = crate::metrics::install(addr, &cfg.worker_name()) {
-            eprintln!("configuration error: METRICS_ADDR: cannot serve metrics on {addr} ({e})");
-            return Err(Exit::Config.into());
-        }
-        crate::metrics::start_worker_counters_at_zero();
-    }
-    let outage_limit = db.outage_limit();
-    let session = Session::Worker { outage_limit };
-    let pool = db
-        .ready_pool(session, Patience::Worker, outage_limit)
-        .await?;
-    let said = shutdown.clone();
-    tokio::spawn(async move {
-        said.cancelled().await;
-        info!(
-            "shutdown requested: no new sends; finishing in-flight requests and releasing the rest"
-        );
-    });
-    let campaign_id = cfg.campaign_id.clone();
-    let store = Store::new(pool.clone(), cfg.campaign_id.clone());
-    let worker = Worker::new(cfg, provider, store, outage_limit);
-    // A typo in CAMPAIGN_ID would "succeed" with nothing sent (a Job) or idle forever (serve).
-    if !wait_for_campaign {
-        if let Some(refusal) = operator::known(&pool, &campaign_id, false).await? {
-            error!("CAMPAIGN_ID: {refusal}");
-            return Err(Exit::Incomplete.into());
-        }
-    }
-    let outcome = if serve {
-        worker.serve(shutdown).await
-    } else {
-        worker.run(shutdown).await
-    };
-    match outcome {
-        Ok(report) => {
-            println!(
-                "{}",
-                serde_json::to_string(&report).expect("report serialises")
-            );
-            eprintln!("{}", report.human());
-            match report.exit_code {
-                Exit::Done => Ok(()),
-                code => Err(code.into()),
-            }
-        }
-        Err(crate::worker::RunError::Config(e)) => {
-            error!(error = %e, "configuration error; nothing sent");
-            Err(Exit::Config.into())
-        }
-        Err(crate::worker::RunError::Database(limit, e)) => {
-            error!(
-                limit_s = limit.as_secs(),
-                "the database stayed away; rows this worker held are re-claimed after their lease"
-            );
-            Err(e.into())
         }
     }
 }

@@ -38,20 +38,11 @@ impl Who {
     pub fn of(command: &super::Command) -> Self {
         use super::Command;
         match command {
-            Command::Migrate => Who::Owner,
-            Command::Run | Command::Serve { .. } => Who::Worker,
-            Command::Events => Who::Events,
-            Command::Web { .. } => Who::Web,
-            Command::Import { .. }
-            | Command::Status { .. }
-            | Command::Pause { .. }
-            | Command::Resume { .. }
-            | Command::Limit { .. }
-            | Command::RetryFailed { .. }
-            | Command::Resolve { .. }
-            | Command::Suppress { .. }
-            | Command::Archive { .. }
-            | Command::Configure { .. } => Who::Operator,
+            Command::Migrate(_) => Who::Owner,
+            Command::Run(_) | Command::Serve(_) => Who::Worker,
+            Command::Events(_) => Who::Events,
+            Command::Web(_) => Who::Web,
+            Command::Operator(_) => Who::Operator,
         }
     }
 

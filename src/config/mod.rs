@@ -147,7 +147,7 @@ pub(crate) fn worker_id_problem(id: &str) -> Option<String> {
     {
         return Some(format!(
             "holds {}; a worker id is a pod name: only A-Z a-z 0-9 . _ -",
-            crate::campaign_id::shown_char(c)
+            crate::shown::shown_char(c)
         ));
     }
     (id.len() > 253).then(|| format!("is {} characters long; at most 253", id.len()))

@@ -63,7 +63,7 @@ impl RunConfig {
         let signer =
             Signer::new(secret.expose()).map_err(|p| ConfigError::new("UNSUBSCRIBE_SECRET", p))?;
         if let Some(m) = &self.unsubscribe_mailto {
-            if !crate::outcome::plausible_email(Some(m)) || m.contains(['<', '>', '?', ',']) {
+            if !crate::shown::plausible_email(Some(m)) || m.contains(['<', '>', '?', ',']) {
                 return Err(ConfigError::new(
                     "UNSUBSCRIBE_MAILTO",
                     "is not a plain address (the value is not shown)",

@@ -148,7 +148,7 @@ fn render_state(o: &mut String, s: &Status) {
             let why = p
                 .reason
                 .as_deref()
-                .map(|r| format!(": {}", crate::import::csv::quoted(r)))
+                .map(|r| format!(": {}", crate::shown::quoted(r)))
                 .unwrap_or_default();
             let _ = writeln!(
                 o,

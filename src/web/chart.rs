@@ -180,7 +180,7 @@ pub fn shares(members: &[Member], campaign_id: &str, limit_per_s: Option<f64>) -
                     @let bar = bar_room * m.share_per_s / top;
                     @let ours = m.campaign_id == campaign_id;
                     text.axis x=(name_w - 8.0) y=(y + 15.0) text-anchor="end" {
-                        (crate::import::csv::escaped_cut(&m.worker, 20))
+                        (crate::shown::escaped_cut(&m.worker, 20))
                     }
                     rect class=(if ours { "bar" } else { "bar other" }) x=(name_w) y=(y + 3.0)
                         width=(f64::max(bar, 0.5)) height=(row_h - 6.0) {

@@ -62,8 +62,7 @@ fn ago(t: DateTime<Utc>, now: DateTime<Utc>) -> String {
 /// Free text someone typed (who paused, a name asked for), as a page may show it
 /// ([`crate::import::csv::shown`]).
 pub fn typed(text: &str, max: usize) -> String {
-    crate::import::csv::shown(text, max)
-        .unwrap_or_else(|| "(not shown: it may be an address)".into())
+    crate::shown::shown(text, max).unwrap_or_else(|| "(not shown: it may be an address)".into())
 }
 
 fn percent(part: i64, whole: i64) -> f64 {
@@ -226,7 +225,7 @@ fn banner(s: &Status, st: &State, now: DateTime<Utc>, zone: Tz) -> Markup {
         State::Paused { by, at, reason } => html! {
             div.banner.paused #banner {
                 strong { "Paused" } " by " (typed(by, 40)) " since " (local(*at, zone))
-                @if let Some(r) = reason { ": " (crate::import::csv::quoted(r)) }
+                @if let Some(r) = reason { ": " (crate::shown::quoted(r)) }
                 ". " code { "campaign-sender resume --campaign " (id) } " lifts it."
             }
         },

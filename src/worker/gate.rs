@@ -15,7 +15,8 @@ use uuid::Uuid;
 
 use super::pipeline::{Pipeline, Settled};
 use super::send::SendTask;
-use crate::outcome::{plausible_email, ErrorClass, Resolution};
+use crate::outcome::{ErrorClass, Resolution};
+use crate::shown::plausible_email;
 use crate::store::{ClaimedRow, Recheck};
 
 type Claimed = (Uuid, ClaimedRow);

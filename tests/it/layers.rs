@@ -82,16 +82,6 @@ fn code(text: &str) -> Vec<(usize, &str)> {
     out
 }
 
-/// `worker/send.rs` → (`worker`, Some(`send`)); `worker/mod.rs` → (`worker`, None).
-fn module_of(rel: &str) -> (String, Option<String>) {
-    let stem = rel.trim_end_matches(".rs");
-    let mut parts: Vec<&str> = stem.split('/').collect();
-    if parts.last() == Some(&"mod") {
-        parts.pop();
-    }
-    (parts[0].to_string(), parts.get(1).map(|s| s.to_string()))
-}
-
 fn is_test_file(rel: &str) -> bool {
     rel.ends_with("_tests.rs") || rel.ends_with("/tests.rs")
 }
@@ -112,7 +102,7 @@ fn every_crate_path_points_down_the_layers_of_lib_rs() {
         if rel == "lib.rs" || rel == "main.rs" || is_test_file(rel) {
             continue;
         }
-        let (module, _) = module_of(rel);
+        let module = module_path(rel)[0].clone();
         let Some(&own) = rank.get(module.as_str()) else {
             wrong.push(format!(
                 "{rel}: its module `{module}` is on no line of lib.rs's layers"
@@ -149,35 +139,57 @@ fn every_crate_path_points_down_the_layers_of_lib_rs() {
 fn no_two_files_of_a_folder_use_each_other() {
     let mut files = Vec::new();
     sources(&src(), &mut files);
-    // folder → file → the sibling files it uses.
+    // folder → module (a file, or a sub-folder) → the sibling modules it uses.
     let mut uses: BTreeMap<String, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    let path = regex::Regex::new(r"\b(super|crate)((?:::[a-z_]+)+)(?:::\{([^}]*)\})?").unwrap();
     for (rel, text) in &files {
-        let (folder, Some(file)) = module_of(rel) else {
-            continue;
-        };
-        if is_test_file(rel) {
+        if rel == "lib.rs" || rel == "main.rs" || is_test_file(rel) {
             continue;
         }
-        let siblings = regex::Regex::new(&format!(
-            r"\b(?:super|crate::{folder})::([a-z_]+)|\bsuper::\{{([^}}]*)\}}"
-        ))
-        .unwrap();
+        let module = module_path(rel);
+        let (folder, own) = module.split_at(module.len() - 1);
+        if folder.is_empty() {
+            continue; // the top level: held by the layers above
+        }
         let used = uses
-            .entry(folder.clone())
+            .entry(folder.join("/"))
             .or_default()
-            .entry(file.clone())
+            .entry(own[0].clone())
             .or_default();
         for (_, line) in code(text) {
-            for c in siblings.captures_iter(line) {
-                let names: Vec<&str> = match (c.get(1), c.get(2)) {
-                    (Some(one), _) => vec![one.as_str()],
-                    (None, Some(list)) => list.as_str().split(',').map(str::trim).collect(),
-                    _ => vec![],
+            for c in path.captures_iter(line) {
+                let segments: Vec<&str> = c[2].split("::").skip(1).collect();
+                let mut heads: Vec<Vec<String>> = Vec::new();
+                let base: Vec<String> = if &c[1] == "super" {
+                    // From a file, `super` is its folder; from a folder's mod.rs, the parent.
+                    let up = if rel.ends_with("mod.rs") { 2 } else { 1 };
+                    module[..module.len().saturating_sub(up)].to_vec()
+                } else {
+                    Vec::new()
                 };
-                for name in names {
-                    let name = name.split("::").next().unwrap_or(name);
-                    if name != file && src().join(&folder).join(format!("{name}.rs")).exists() {
-                        used.insert(name.to_string());
+                let full: Vec<String> = base
+                    .iter()
+                    .cloned()
+                    .chain(segments.iter().map(|s| s.to_string()))
+                    .collect();
+                heads.push(full.clone());
+                if let Some(list) = c.get(3) {
+                    for name in list.as_str().split(',').map(str::trim) {
+                        let name = name.split("::").next().unwrap_or(name);
+                        heads.push(full.iter().cloned().chain([name.to_string()]).collect());
+                    }
+                }
+                for target in heads {
+                    // A sibling: same folder, another module of it that is a file or a folder.
+                    if target.len() > folder.len()
+                        && target[..folder.len()] == *folder
+                        && target[folder.len()] != own[0]
+                    {
+                        let name = &target[folder.len()];
+                        let dir = src().join(folder.join("/"));
+                        if dir.join(format!("{name}.rs")).exists() || dir.join(name).is_dir() {
+                            used.insert(name.clone());
+                        }
                     }
                 }
             }
@@ -194,19 +206,30 @@ fn no_two_files_of_a_folder_use_each_other() {
             for b in graph.keys().filter(|b| a < *b) {
                 if reaches(graph, a, b) && reaches(graph, b, a) && !allowed(folder, a, b) {
                     rings.push(format!(
-                        "src/{folder}: {a}.rs and {b}.rs use each other (directly or round a ring)"
+                        "src/{folder}: {a} and {b} use each other (directly or round a ring)"
                     ));
                 }
             }
         }
     }
-    rings.sort();
-    rings.dedup();
     assert!(
         rings.is_empty(),
         "circles between the files of a folder:\n{}",
         rings.join("\n")
     );
+}
+
+/// `worker/send.rs` → [worker, send]; `cli/cmd/mod.rs` → [cli, cmd].
+fn module_path(rel: &str) -> Vec<String> {
+    let mut parts: Vec<String> = rel
+        .trim_end_matches(".rs")
+        .split('/')
+        .map(String::from)
+        .collect();
+    if parts.last().is_some_and(|p| p == "mod") {
+        parts.pop();
+    }
+    parts
 }
 
 /// Whether `from` reaches `to` through the folder's uses.

@@ -5,18 +5,60 @@
 
 use std::time::{Duration, Instant};
 
+use clap::Args;
 use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
 
-use super::{CliError, CliResult};
+use super::{Needs, OperatorCommand};
+use crate::cli::{CliError, CliResult};
 use crate::exit::Exit;
 use crate::store::archive::{self, Archived};
 
-pub(super) enum Which {
+/// Moves a finished campaign's rows out of the work table, in small batches that never
+/// block the campaigns still sending: per recipient into `campaign_archive` (member, outcome,
+/// when sent, last status, attempts; no address), its final counts into
+/// `archived_campaigns`, which `status` keeps showing. Refuses a campaign with pending or
+/// sending rows (exit 1). Run as the schema owner (it deletes rows): `DATABASE_URL` =
+/// the migrate URL. Interrupted, it resumes where it stopped.
+#[derive(Args, Debug)]
+#[command(group = clap::ArgGroup::new("which").required(true).args(["campaign", "older_than"]))]
+pub struct Archive {
+    #[arg(long)]
+    campaign: Option<String>,
+    /// Every finished campaign unchanged for this long (`30d`, `12h`).
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "AGE")]
+    older_than: Option<std::time::Duration>,
+    /// Say what would move, change nothing.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+impl OperatorCommand for Archive {
+    fn needs(&self) -> Needs<'_> {
+        self.campaign
+            .as_deref()
+            .map_or(Needs::Nothing, Needs::Existing)
+    }
+
+    async fn run(self, pool: &PgPool, _: CancellationToken) -> CliResult {
+        let which = match (self.campaign, self.older_than) {
+            (Some(c), _) => Which::One(c),
+            (None, Some(age)) => Which::OlderThan(age),
+            (None, None) => {
+                eprintln!("archive: name a campaign (--campaign) or an age (--older-than); nothing archived");
+                return Err(Exit::Usage.into());
+            }
+        };
+        archive(pool, which, self.dry_run).await
+    }
+}
+
+enum Which {
     One(String),
     OlderThan(Duration),
 }
 
-pub(super) async fn archive_cmd(pool: &PgPool, which: Which, dry_run: bool) -> CliResult {
+async fn archive(pool: &PgPool, which: Which, dry_run: bool) -> CliResult {
     let campaigns = match which {
         Which::One(c) => vec![c],
         Which::OlderThan(age) => {
