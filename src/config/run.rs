@@ -218,139 +218,93 @@ pub struct RunConfig {
     pub hostname: Option<String>,
 }
 
-pub(super) mod defaults {
-    pub fn batch_size() -> u32 {
-        200
-    }
-    pub fn send_concurrency() -> u32 {
-        100
-    }
-    pub fn mail_rate_per_s() -> u32 {
-        500
-    }
-    pub fn lease_s() -> u64 {
-        30
-    }
-    pub fn rate_sync_ms() -> u64 {
-        250
-    }
-    pub fn rate_share_ttl_ms() -> u64 {
-        3000
-    }
-    pub fn flush_max_rows() -> u32 {
-        100
-    }
-    pub fn flush_interval_ms() -> u64 {
-        200
-    }
-    pub fn deadline_s() -> u64 {
-        3300
-    }
-    pub fn max_attempts() -> u32 {
-        5
-    }
-    pub fn backoff_base_ms() -> u64 {
-        1000
-    }
-    pub fn backoff_max_ms() -> u64 {
-        60_000
-    }
-    pub fn retry_after_max_s() -> u64 {
-        600
-    }
-    pub fn connect_timeout_ms() -> u64 {
-        2000
-    }
-    pub fn read_timeout_ms() -> u64 {
-        5000
-    }
-    pub fn max_permanent_failure_ratio() -> f64 {
-        0.01
-    }
-    pub fn optout_recheck_ms() -> u64 {
-        1000
-    }
-    pub fn idempotency_window_s() -> u64 {
-        86_400
-    }
-    pub fn postmark_message_stream() -> String {
-        "broadcast".into()
-    }
-    pub fn idle_poll_ms() -> u64 {
-        1000
-    }
-    pub fn pause_poll_ms() -> u64 {
-        250
-    }
-    pub fn account_error_statuses() -> String {
-        "401,403".into()
-    }
-    pub fn endpoint_error_statuses() -> String {
-        "404,405".into()
-    }
+/// `MAIL_DAILY_QUOTA`'s bound: a trillion requests a day.
+const MAX_DAILY_QUOTA: u64 = 1_000_000_000_000;
+/// `IDEMPOTENCY_WINDOW_S`'s bound: no vendor keeps a key longer than 30 days.
+const MAX_IDEMPOTENCY_WINDOW_S: u64 = 30 * 86_400;
+
+/// The bounded number settings of [`RunConfig`], one row each: variable, field, type, default
+/// and upper bound (the meaning is the field's rustdoc; the unit is in the name). The macro
+/// makes each row the field's serde default (`defaults::FIELD`), an entry of [`BOUNDS`] and a
+/// check at start, so a setting cannot get a bound checked against another's value.
+///
+/// The bounds are far beyond any sensible setting and keep the arithmetic on them exact: an
+/// absurd value (a `u64::MAX` meant as "forever") is refused at start, exit 78 naming it,
+/// instead of overflowing an instant, never sending, or never exiting.
+macro_rules! knobs {
+    ($($var:literal $field:ident: $ty:ty = $default:expr, at most $max:expr;)+) => {
+        pub(super) mod defaults {
+            $(pub fn $field() -> $ty {
+                $default
+            })+
+            pub fn postmark_message_stream() -> String {
+                "broadcast".into()
+            }
+            pub fn max_permanent_failure_ratio() -> f64 {
+                0.01
+            }
+            pub fn idempotency_window_s() -> u64 {
+                86_400
+            }
+            pub fn pause_poll_ms() -> u64 {
+                250
+            }
+            pub fn account_error_statuses() -> String {
+                "401,403".into()
+            }
+            pub fn endpoint_error_statuses() -> String {
+                "404,405".into()
+            }
+        }
+
+        /// Every bounded number setting and its upper bound (`DB_CONNECT_RETRY_S` and
+        /// `DB_MAX_CONNECTIONS` are [`super::DbConfig`]'s: a day, 1000), from the rows of
+        /// `knobs!`, with `MAIL_DAILY_QUOTA` and `IDEMPOTENCY_WINDOW_S`, which have no default.
+        pub const BOUNDS: &[(&str, u64)] = &[
+            $(($var, $max),)+
+            ("MAIL_DAILY_QUOTA", MAX_DAILY_QUOTA),
+            ("IDEMPOTENCY_WINDOW_S", MAX_IDEMPOTENCY_WINDOW_S),
+        ];
+
+        impl RunConfig {
+            /// Each bounded setting: its variable, its value here, its bound.
+            fn bounded(&self) -> Vec<(&'static str, u64, u64)> {
+                vec![
+                    $(($var, self.$field as u64, $max),)+
+                    ("MAIL_DAILY_QUOTA", self.mail_daily_quota.unwrap_or(0), MAX_DAILY_QUOTA),
+                    ("IDEMPOTENCY_WINDOW_S", self.idempotency_window_s.unwrap_or(0), MAX_IDEMPOTENCY_WINDOW_S),
+                ]
+            }
+        }
+    };
 }
 
-/// The upper bound of every count and duration (`DB_CONNECT_RETRY_S` and `DB_MAX_CONNECTIONS`
-/// are [`super::DbConfig`]'s: a day, 1000). Each is far beyond any sensible setting and keeps
-/// the arithmetic on it exact: an absurd value (a `u64::MAX` meant as "forever") is refused at
-/// start, exit 78 naming it, instead of overflowing an instant, never sending, or never
-/// exiting.
-pub const BOUNDS: [(&str, u64); 18] = [
-    ("MAIL_RATE_PER_S", MAX_RATE_PER_S as u64),
-    ("BATCH_SIZE", 10_000),
-    ("SEND_CONCURRENCY", 10_000),
-    ("RATE_SYNC_MS", 10_000),
-    ("RATE_SHARE_TTL_MS", 60_000),
-    ("MAIL_DAILY_QUOTA", 1_000_000_000_000),
-    ("LEASE_S", 86_400),
-    ("FLUSH_MAX_ROWS", 10_000),
-    ("FLUSH_INTERVAL_MS", 60_000),
-    ("DEADLINE_S", 31 * 86_400),
-    ("MAX_ATTEMPTS", 100),
-    ("BACKOFF_BASE_MS", 3_600_000),
-    ("BACKOFF_MAX_MS", 86_400_000),
-    ("RETRY_AFTER_MAX_S", 86_400),
-    ("CONNECT_TIMEOUT_MS", 600_000),
-    ("READ_TIMEOUT_MS", 600_000),
-    ("OPTOUT_RECHECK_MS", 60_000),
-    ("IDLE_POLL_MS", 60_000),
-];
+knobs! {
+    "MAIL_RATE_PER_S" mail_rate_per_s: u32 = 500, at most MAX_RATE_PER_S as u64;
+    "BATCH_SIZE" batch_size: u32 = 200, at most 10_000;
+    "SEND_CONCURRENCY" send_concurrency: u32 = 100, at most 10_000;
+    "RATE_SYNC_MS" rate_sync_ms: u64 = 250, at most 10_000;
+    "RATE_SHARE_TTL_MS" rate_share_ttl_ms: u64 = 3000, at most 60_000;
+    "LEASE_S" lease_s: u64 = 30, at most 86_400;
+    "FLUSH_MAX_ROWS" flush_max_rows: u32 = 100, at most 10_000;
+    "FLUSH_INTERVAL_MS" flush_interval_ms: u64 = 200, at most 60_000;
+    "DEADLINE_S" deadline_s: u64 = 3300, at most 31 * 86_400;
+    "MAX_ATTEMPTS" max_attempts: u32 = 5, at most 100;
+    "BACKOFF_BASE_MS" backoff_base_ms: u64 = 1000, at most 3_600_000;
+    "BACKOFF_MAX_MS" backoff_max_ms: u64 = 60_000, at most 86_400_000;
+    "RETRY_AFTER_MAX_S" retry_after_max_s: u64 = 600, at most 86_400;
+    "CONNECT_TIMEOUT_MS" connect_timeout_ms: u64 = 2000, at most 600_000;
+    "READ_TIMEOUT_MS" read_timeout_ms: u64 = 5000, at most 600_000;
+    "OPTOUT_RECHECK_MS" optout_recheck_ms: u64 = 1000, at most 60_000;
+    "IDLE_POLL_MS" idle_poll_ms: u64 = 1000, at most 60_000;
+}
 
 impl RunConfig {
-    /// Each bounded setting's value, by its variable's name (the order of [`BOUNDS`]).
-    fn bounded(&self) -> [u64; 18] {
-        [
-            self.mail_rate_per_s as u64,
-            self.batch_size as u64,
-            self.send_concurrency as u64,
-            self.rate_sync_ms,
-            self.rate_share_ttl_ms,
-            self.mail_daily_quota.unwrap_or(0),
-            self.lease_s,
-            self.flush_max_rows as u64,
-            self.flush_interval_ms,
-            self.deadline_s,
-            self.max_attempts as u64,
-            self.backoff_base_ms,
-            self.backoff_max_ms,
-            self.retry_after_max_s,
-            self.connect_timeout_ms,
-            self.read_timeout_ms,
-            self.optout_recheck_ms,
-            self.idle_poll_ms,
-        ]
-    }
-
     fn validate_bounds(&self) -> Result<(), ConfigError> {
-        for ((var, max), value) in BOUNDS.iter().zip(self.bounded()) {
-            at_most(var, value, *max)?;
+        for (var, value, max) in self.bounded() {
+            at_most(var, value, max)?;
         }
-        // IDEMPOTENCY_WINDOW_S: at most 30 days (no vendor keeps a key longer).
-        at_most(
-            "IDEMPOTENCY_WINDOW_S",
-            self.idempotency_window_s.unwrap_or(0),
-            30 * 86_400,
-        )
+        Ok(())
     }
 
     /// A config with every default, for tests and tools that build one in code, but

@@ -192,7 +192,7 @@ fn secrets_never_print() {
 
 #[test]
 fn every_count_and_duration_has_an_upper_bound_and_the_largest_number_is_refused_by_name() {
-    for (var, max) in super::BOUNDS {
+    for &(var, max) in super::BOUNDS {
         let over = (max + 1).to_string();
         let err = RunConfig::from_vars(vars(&[(var, &over)])).unwrap_err();
         assert_eq!(err.var, var, "{var}={over}: {err}");
