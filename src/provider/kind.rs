@@ -3,45 +3,29 @@
 //! campaign's part of every mail ([`Letter`]), the key, and the tags' charset. Judged by the
 //! unit tests (`scripts/mutants-cargo.sh`).
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
+
+use crate::text_enum::text_enum;
 
 use super::{mailgun, postmark, resend, sendgrid, ses};
 
-/// `MAIL_PROVIDER`: which vendor's API the workers speak.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Kind {
-    /// Our own JSON contract (`fake-provider`, an in-house relay): `MAIL_URL` is the whole URL.
-    #[default]
-    Json,
-    Sendgrid,
-    Ses,
-    Postmark,
-    Mailgun,
-    Resend,
+text_enum! {
+    /// `MAIL_PROVIDER`: which vendor's API the workers speak.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub enum Kind: "provider profile" {
+        /// Our own JSON contract (`fake-provider`, an in-house relay): `MAIL_URL` is the whole
+        /// URL.
+        #[default]
+        Json = "json",
+        Sendgrid = "sendgrid",
+        Ses = "ses",
+        Postmark = "postmark",
+        Mailgun = "mailgun",
+        Resend = "resend",
+    }
 }
 
 impl Kind {
-    pub const ALL: [Kind; 6] = [
-        Kind::Json,
-        Kind::Sendgrid,
-        Kind::Ses,
-        Kind::Postmark,
-        Kind::Mailgun,
-        Kind::Resend,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Json => "json",
-            Kind::Sendgrid => "sendgrid",
-            Kind::Ses => "ses",
-            Kind::Postmark => "postmark",
-            Kind::Mailgun => "mailgun",
-            Kind::Resend => "resend",
-        }
-    }
-
     /// Whether the vendor honours an idempotency key for a repeat of the same mail (the JSON
     /// contract and Resend). Only then may an attempt with an unknown outcome be sent again.
     pub fn idempotent(self) -> bool {
@@ -61,26 +45,15 @@ impl Kind {
     }
 }
 
-impl std::str::FromStr for Kind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        Kind::ALL
-            .into_iter()
-            .find(|k| k.as_str() == s)
-            .ok_or_else(|| {
-                let all: Vec<&str> = Kind::ALL.iter().map(|k| k.as_str()).collect();
-                format!("is not a provider profile (one of {})", all.join(", "))
-            })
-    }
-}
-
 impl<'de> Deserialize<'de> for Kind {
     /// Read as text, so a wrong value is refused naming the variable and the choices.
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
         s.trim().parse().map_err(|why| {
+            let all: Vec<&str> = Kind::ALL.iter().map(|k| k.as_str()).collect();
             serde::de::Error::custom(format!(
-                "{why} while parsing value provided by MAIL_PROVIDER"
+                "{why} (one of {}) while parsing value provided by MAIL_PROVIDER",
+                all.join(", ")
             ))
         })
     }
