@@ -2,7 +2,7 @@
 # What a newcomer's first two commands spend compiling, on a fresh clone of REV (default HEAD)
 # with an empty target/ (the crates already downloaded: `cargo fetch` first): the build step of
 # scripts/demo.sh (README command 1), then that of scripts/test.sh (README command 2) on the same
-# target/, as a newcomer runs them. With --run, then each whole command, built (the demo to its
+# target/, as a newcomer runs them, and the tests' build again on an empty target/ of its own. With --run, then each whole command, built (the demo to its
 # report, the tests to their end): a newcomer waits for the build and the run. Prints one line per step: seconds, crates
 # compiled. docs/BENCHMARKS.md "Build time" keeps the figures.
 #   scripts/bench-build.sh [--run] [REV]
@@ -40,7 +40,9 @@ if grep -q DEMO_BUILD_ONLY scripts/demo.sh; then
 else
   step "demo: build" bash -c "$(grep -E '^cargo build' scripts/demo.sh)"
 fi
-step "tests: build" cargo test --workspace --locked --no-run
+step "tests: build, after the demo" cargo test --workspace --locked --no-run
+# A newcomer who runs the tests first: the same build on an empty target/ of its own.
+step "tests: build, alone" env CARGO_TARGET_DIR="$dir/alone" cargo test --workspace --locked --no-run
 if $run; then
   step "demo: the command, built" scripts/demo.sh
   step "tests: the command, built" scripts/test.sh

@@ -145,7 +145,7 @@ impl<'a> Db<'a> {
 
     /// How long a database outage is ridden out (`DB_CONNECT_RETRY_S`).
     fn outage_limit(&self) -> Duration {
-        Duration::from_secs(self.cfg.db_connect_retry_s)
+        self.reach().retry_for
     }
 
     /// A pool on a database migrated to this version, waiting up to `schema_wait` for the

@@ -58,6 +58,16 @@ impl FromEnv for WebConfig {
 }
 
 impl WebConfig {
+    /// `WEB_REFRESH_S`: how often the page's figures are read.
+    pub fn refresh(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.web_refresh_s)
+    }
+
+    /// `WEB_DB_TIMEOUT_MS`: the longest one round of reads may take.
+    pub fn db_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.web_db_timeout_ms)
+    }
+
     pub fn socket(&self) -> Result<std::net::SocketAddr, ConfigError> {
         self.web_addr.parse().map_err(|e| {
             ConfigError::new(

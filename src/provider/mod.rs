@@ -120,11 +120,6 @@ impl Provider {
         })
     }
 
-    /// The base URL requests go to (`MAIL_URL` or the vendor's public endpoint).
-    pub fn base(&self) -> &reqwest::Url {
-        &self.base
-    }
-
     /// Ready to sign: fetches the vendor's credentials now if it needs some (SES with web
     /// identity), so a role that cannot be assumed stops the run at its start (exit 78).
     pub async fn prepare(&self) -> Result<(), String> {

@@ -330,8 +330,8 @@ pub enum BuildError {
     Unsigned,
 }
 
-/// One vendor: how to ask, how to read the answer. Adding a vendor is one file implementing
-/// this, one [`super::Kind`] variant, and the docs.
+/// One vendor: how to ask, how to read the answer (what else adding a vendor takes:
+/// [`crate::provider`]'s map).
 pub trait Profile: Send + Sync + 'static {
     /// The AWS credentials the requests are signed with (SES), to refresh before a send.
     fn aws_credentials(&self) -> Option<&super::aws::Source> {

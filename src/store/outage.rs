@@ -188,6 +188,66 @@ mod tests {
         out
     }
 
+    /// A server's answer, as sqlx hands it over.
+    #[derive(Debug)]
+    struct Answer {
+        code: &'static str,
+        message: &'static str,
+    }
+
+    impl std::fmt::Display for Answer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.message)
+        }
+    }
+
+    impl std::error::Error for Answer {}
+
+    impl sqlx::error::DatabaseError for Answer {
+        fn message(&self) -> &str {
+            self.message
+        }
+        fn code(&self) -> Option<std::borrow::Cow<'_, str>> {
+            Some(self.code.into())
+        }
+        fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+            self
+        }
+        fn kind(&self) -> sqlx::error::ErrorKind {
+            sqlx::error::ErrorKind::Other
+        }
+    }
+
+    fn answer(code: &'static str, message: &'static str) -> sqlx::Error {
+        sqlx::Error::Database(Box::new(Answer { code, message }))
+    }
+
+    #[test]
+    fn a_refused_login_is_shown_by_its_code_only_never_in_the_servers_words() {
+        // A Cloud SQL IAM user is an address: the server's text must not reach a log line.
+        let refused = answer(
+            "28P01",
+            r#"password authentication failed for user "ann@example.com""#,
+        );
+        assert_eq!(sqlstate(&refused).as_deref(), Some("28P01"));
+        assert_eq!(
+            error_text(&refused),
+            "the server refused the login (SQLSTATE 28P01)"
+        );
+        let denied = answer("42501", "permission denied for table campaign_targets");
+        assert_eq!(sqlstate(&denied).as_deref(), Some("42501"));
+        assert!(error_text(&denied).contains("permission denied for table"));
+        let timeout = sqlx::Error::PoolTimedOut;
+        assert_eq!(sqlstate(&timeout), None);
+        assert_eq!(error_text(&timeout), timeout.to_string());
+    }
+
     #[test]
     fn waits_double_from_200_ms_up_to_half_a_second() {
         let mut expected: Vec<Duration> = [200, 400].map(|ms| ms * MS).to_vec();

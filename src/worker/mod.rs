@@ -143,7 +143,7 @@ impl Worker {
                 limit_per_s: cfg.mail_rate_per_s as f64,
                 ttl: cfg.rate_share_ttl(),
                 sync: cfg.rate_sync(),
-                retry_after_cap: Duration::from_secs(cfg.retry_after_max_s),
+                retry_after_cap: cfg.retry_policy().retry_after_cap,
                 daily_quota: cfg.mail_daily_quota,
             },
             pacer.clone(),

@@ -1,7 +1,5 @@
 //! `campaign-sender web`: the status page ([`crate::web`]), until `shutdown`.
 
-use std::time::Duration;
-
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
@@ -30,11 +28,7 @@ impl Web {
         let zone = cfg.zone().map_err(config_failure)?;
         let defaults = crate::status::Defaults::with_env_lines(ratio).map_err(config_failure)?;
         let (pool, listener) = connect_and_listen(db, addr, "WEB_ADDR").await?;
-        let board = crate::web::board::Board::new(
-            Duration::from_secs(cfg.web_refresh_s),
-            Duration::from_millis(cfg.web_db_timeout_ms),
-            zone,
-        );
+        let board = crate::web::board::Board::new(cfg.refresh(), cfg.db_timeout(), zone);
         tokio::spawn(crate::web::board::refresh(
             pool,
             board.clone(),
