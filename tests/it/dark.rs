@@ -9,7 +9,6 @@ use campaign_sender::config::{DbConfig, FromEnv};
 use campaign_sender::store::connect::{self, Session};
 use campaign_sender::store::outage::retrying;
 use campaign_sender::store::Store;
-use campaign_sender::worker::Worker;
 use fake_provider::FakeConfig;
 use sqlx::PgPool;
 
@@ -105,9 +104,8 @@ async fn a_run_whose_connections_go_dark_sends_every_row_once(pool: PgPool) {
     let db = FrozenDb::in_front_of(&url).await;
     let mut cfg = config(&p.url);
     cfg.mail_rate_per_s = 1_000;
-    let w = Worker::new(
-        cfg.clone(),
-        cfg.provider().unwrap(),
+    let w = worker_on(
+        cfg,
         Store::new(worker_pool(&db.url(&url), 4).await, CAMPAIGN),
         Duration::from_secs(20),
     );

@@ -212,7 +212,7 @@ fn gave_up_at_the_two_second_limit(took: Duration, err: &str) {
 #[tokio::test]
 async fn a_database_gone_mid_run_is_ridden_out_for_the_whole_limit_then_the_run_ends_with_it() {
     use campaign_sender::store::Store;
-    use campaign_sender::worker::{RunError, Worker};
+    use campaign_sender::worker::RunError;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -227,15 +227,7 @@ async fn a_database_gone_mid_run_is_ridden_out_for_the_whole_limit_then_the_run_
         .unwrap();
     let p = provider(Default::default()).await;
     let limit = Duration::from_secs(2);
-    let w = {
-        let cfg = config(&p.url);
-        Worker::new(
-            cfg.clone(),
-            cfg.provider().unwrap(),
-            Store::new(pool, CAMPAIGN),
-            limit,
-        )
-    };
+    let w = worker_on(config(&p.url), Store::new(pool, CAMPAIGN), limit);
     let t0 = std::time::Instant::now();
     let err = w.run(Default::default()).await.unwrap_err();
     let took = t0.elapsed();
@@ -256,7 +248,7 @@ async fn a_database_gone_mid_run_is_ridden_out_for_the_whole_limit_then_the_run_
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn a_claim_refused_past_the_limit_ends_the_run_with_the_database_error(pool: PgPool) {
     use campaign_sender::store::Store;
-    use campaign_sender::worker::{RunError, Worker};
+    use campaign_sender::worker::RunError;
     seed(&pool, CAMPAIGN, 10).await;
     let url = worker_url(&pool).await; // creates the role with docs/roles.sql's grants
     sqlx::query("REVOKE UPDATE ON campaign_targets FROM campaign_sender_worker")
@@ -269,15 +261,7 @@ async fn a_claim_refused_past_the_limit_ends_the_run_with_the_database_error(poo
         .unwrap();
     let p = provider(Default::default()).await;
     let limit = Duration::from_secs(1);
-    let w = {
-        let cfg = config(&p.url);
-        Worker::new(
-            cfg.clone(),
-            cfg.provider().unwrap(),
-            Store::new(db, CAMPAIGN),
-            limit,
-        )
-    };
+    let w = worker_on(config(&p.url), Store::new(db, CAMPAIGN), limit);
     let err = w.run(Default::default()).await.unwrap_err();
     assert!(
         matches!(err, RunError::Database(l, _) if l == limit),
@@ -294,7 +278,6 @@ async fn a_claim_refused_past_the_limit_ends_the_run_with_the_database_error(poo
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn a_login_refused_mid_run_is_shown_by_its_code_never_naming_the_user(pool: PgPool) {
     use campaign_sender::store::Store;
-    use campaign_sender::worker::Worker;
     let role = format!("sender.{}@example.com", std::process::id());
     sqlx::raw_sql(&format!(
         r#"DROP ROLE IF EXISTS "{role}"; CREATE ROLE "{role}" NOLOGIN"#
@@ -310,9 +293,8 @@ async fn a_login_refused_mid_run_is_shown_by_its_code_never_naming_the_user(pool
         .connect_lazy(url.as_str())
         .unwrap();
     let p = provider(Default::default()).await;
-    let w = Worker::new(
+    let w = worker_on(
         config(&p.url),
-        config(&p.url).provider().unwrap(),
         Store::new(db, CAMPAIGN),
         Duration::from_secs(1),
     );
@@ -541,7 +523,7 @@ async fn a_wrong_password_is_retried_with_backoff_then_gives_75_and_a_rotation_h
 async fn a_stopping_pod_gives_up_writing_to_a_silent_database_within_its_grace(pool: PgPool) {
     use campaign_sender::rate::LEAVE_TIMEOUT;
     use campaign_sender::store::Store;
-    use campaign_sender::worker::{Worker, WRITES_AFTER_REQUESTS};
+    use campaign_sender::worker::WRITES_AFTER_REQUESTS;
     seed(&pool, CAMPAIGN, 5_000).await;
     let p = provider(FakeConfig {
         latency_mean_ms: 50,
@@ -560,9 +542,8 @@ async fn a_stopping_pod_gives_up_writing_to_a_silent_database_within_its_grace(p
     let mut cfg = config(&p.url);
     cfg.mail_rate_per_s = 500;
     let request = cfg.request_timeout();
-    let w = Worker::new(
-        cfg.clone(),
-        cfg.provider().unwrap(),
+    let w = worker_on(
+        cfg,
         Store::new(worker_pool, CAMPAIGN),
         Duration::from_secs(60),
     );

@@ -202,8 +202,14 @@ pub async fn worker(pool: &PgPool, cfg: RunConfig) -> Worker {
     let url = worker_url(pool).await;
     let pool = campaign_sender::store::connect::pool(url.parse().unwrap(), 8);
     let store = Store::new(pool, cfg.campaign_id.clone());
-    let provider = cfg.provider().unwrap();
-    Worker::new(cfg, provider, store, Duration::from_secs(10))
+    worker_on(cfg, store, Duration::from_secs(10))
+}
+
+/// A worker for `cfg` on `store`, its provider client built from the same configuration, riding
+/// out a database outage of `outage_limit`.
+pub fn worker_on(cfg: RunConfig, store: Store, outage_limit: Duration) -> Worker {
+    let provider = cfg.provider().expect("the provider settings are valid");
+    Worker::new(cfg, provider, store, outage_limit)
 }
 
 /// A whole in-process run with no signal: until done, the deadline or too many failures.
