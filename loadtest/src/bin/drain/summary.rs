@@ -299,7 +299,8 @@ fn print_json(
 }
 
 /// What the CPU and memory figures are of: a debug build (the demo's, which shares the tests'
-/// build) spends about three times a release build's CPU; rates, 429s and duplicates are alike.
+/// build) spends more than a release build; rates, 429s and duplicates are alike
+/// (docs/BENCHMARKS.md "Build time").
 const BUILD_NOTE: &str = if cfg!(debug_assertions) {
     "; a debug build: a release build spends less (DEMO_PROFILE=release)"
 } else {
