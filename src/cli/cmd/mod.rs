@@ -110,7 +110,7 @@ async fn checked<C: OperatorCommand>(
             }
         }
         Needs::Existing(id) => {
-            if let Some(refusal) = known(&pool, id, false).await? {
+            if let Some(refusal) = known(&pool, id).await? {
                 eprintln!("{refusal}");
                 return Err(Exit::Incomplete.into());
             }
@@ -125,14 +125,10 @@ fn invalid_id(id: &str) -> Option<String> {
         .map(|p| format!("--campaign '{}' {p}; nothing changed", shown_name(id)))
 }
 
-/// `None` if the campaign exists (or may be created); else what to tell the operator: "no
-/// campaign 'sprng-sale' (known: spring-sale, …; did you mean spring-sale?)".
-pub(super) async fn known(
-    pool: &PgPool,
-    campaign: &str,
-    create: bool,
-) -> Result<Option<String>, sqlx::Error> {
-    if create || campaigns::exists(pool, campaign).await? {
+/// `None` if the campaign exists; else what to tell the operator: "no campaign 'sprng-sale'
+/// (known: spring-sale, …; did you mean spring-sale?)".
+pub(super) async fn known(pool: &PgPool, campaign: &str) -> Result<Option<String>, sqlx::Error> {
+    if campaigns::exists(pool, campaign).await? {
         return Ok(None);
     }
     let names = campaigns::names(pool).await?;
@@ -176,6 +172,7 @@ pub fn unknown_campaign(campaign: &str, names: &[String]) -> String {
     )
 }
 
+/// A moment as the commands print it: `2026-12-07 02:00:00 UTC`.
 pub(super) fn at(t: &chrono::DateTime<chrono::Utc>) -> String {
     t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
 }

@@ -72,7 +72,7 @@ async fn work(db: &Db<'_>, serve: Option<bool>, shutdown: CancellationToken) -> 
     let worker = Worker::new(cfg, provider, store, outage_limit);
     // A typo in CAMPAIGN_ID would "succeed" with nothing sent (a Job) or idle forever (serve).
     if !wait_for_campaign {
-        if let Some(refusal) = super::known(&pool, &campaign_id, false).await? {
+        if let Some(refusal) = super::known(&pool, &campaign_id).await? {
             error!("CAMPAIGN_ID: {refusal}");
             return Err(Exit::Incomplete.into());
         }
