@@ -70,7 +70,13 @@ pub const ONE_CLICK: &str = "List-Unsubscribe=One-Click";
 /// The MAC's length in a token, in bytes.
 const MAC_BYTES: usize = 16;
 
-/// The shortest secret taken, in bytes (a 128-bit key).
+/// The shortest signing secret taken (the first of the list), in bytes: HMAC-SHA256's own
+/// block of strength, 256 bits.
+pub const MIN_SIGNING_SECRET_BYTES: usize = 32;
+
+/// The shortest verify-only secret taken (the older ones of the list), in bytes: the floor
+/// before the signing one was raised, kept so that the links of mails already sent still
+/// verify; [`Signer::weak_verifiers`] counts those under [`MIN_SIGNING_SECRET_BYTES`].
 pub const MIN_SECRET_BYTES: usize = 16;
 
 /// What the MAC covers besides the campaign and the member: a token of another use or version
@@ -90,13 +96,20 @@ impl std::fmt::Debug for Signer {
 }
 
 impl Signer {
-    /// From `UNSUBSCRIBE_SECRET`: one or more secrets, comma-separated, each at least
-    /// [`MIN_SECRET_BYTES`] long. The problem never quotes a secret.
+    /// From `UNSUBSCRIBE_SECRET`: one or more secrets, comma-separated; the first (it signs) at
+    /// least [`MIN_SIGNING_SECRET_BYTES`] long, the others (they only verify) at least
+    /// [`MIN_SECRET_BYTES`]. The problem never quotes a secret.
     pub fn new(secrets: &str) -> Result<Self, String> {
         let keys: Vec<Vec<u8>> = secrets
             .split(',')
             .map(|s| s.trim().as_bytes().to_vec())
             .collect();
+        if keys[0].len() < MIN_SIGNING_SECRET_BYTES {
+            return Err(format!(
+                "secret 1 of {} (the one that signs) is shorter than {MIN_SIGNING_SECRET_BYTES} bytes (e.g. `openssl rand -hex 32`; keep the old one after it so its links still verify)",
+                keys.len()
+            ));
+        }
         if let Some(i) = keys.iter().position(|k| k.len() < MIN_SECRET_BYTES) {
             return Err(format!(
                 "secret {} of {} is shorter than {MIN_SECRET_BYTES} bytes (e.g. `openssl rand -hex 32`)",
@@ -105,6 +118,15 @@ impl Signer {
             ));
         }
         Ok(Self { keys })
+    }
+
+    /// How many verify-only secrets are shorter than [`MIN_SIGNING_SECRET_BYTES`]: kept so
+    /// the links of mails already sent still work, to be dropped once those are past caring.
+    pub fn weak_verifiers(&self) -> usize {
+        self.keys[1..]
+            .iter()
+            .filter(|k| k.len() < MIN_SIGNING_SECRET_BYTES)
+            .count()
     }
 
     fn mac(key: &[u8], campaign_id: &str, member_id: i64) -> Hmac<Sha256> {
@@ -257,6 +279,16 @@ mod tests {
             err.contains("secret 2 of 2") && !err.contains("tiny"),
             "{err}"
         );
+        // The signing secret needs 32 bytes; 16 were enough before, and still are to verify.
+        let err = Signer::new("sixteen-byte-key").unwrap_err();
+        assert!(
+            err.contains("secret 1 of 1") && err.contains("32") && !err.contains("sixteen"),
+            "{err}"
+        );
+        assert!(Signer::new(&"k".repeat(31)).is_err());
+        assert_eq!(Signer::new(&"k".repeat(32)).unwrap().weak_verifiers(), 0);
+        let rotated = Signer::new(&format!("{}, sixteen-byte-key", "k".repeat(32))).unwrap();
+        assert_eq!(rotated.weak_verifiers(), 1, "an old short secret is kept, and counted");
     }
 
     #[test]

@@ -173,25 +173,24 @@ impl EventsConfig {
             .map(|k| Resend::new(k.expose()))
             .transpose()
             .map_err(|p| ConfigError::new("RESEND_WEBHOOK_SECRET", p))?;
-        let mailgun = match &self.mailgun_webhook_signing_key {
-            Some(k) if k.expose().trim().is_empty() => {
+        let mailgun = self
+            .mailgun_webhook_signing_key
+            .as_ref()
+            .map(|k| Mailgun::new(k.expose()))
+            .transpose()
+            .map_err(|p| ConfigError::new("MAILGUN_WEBHOOK_SIGNING_KEY", p))?;
+        let postmark = match (&self.postmark_webhook_user, &self.postmark_webhook_password) {
+            (Some(u), Some(p)) => Some(
+                Postmark::new(u, p.expose())
+                    .map_err(|p| ConfigError::new("POSTMARK_WEBHOOK_PASSWORD", p))?,
+            ),
+            (None, None) => None,
+            _ => {
                 return Err(ConfigError::new(
-                    "MAILGUN_WEBHOOK_SIGNING_KEY",
-                    "is set but empty",
+                    "POSTMARK_WEBHOOK_PASSWORD",
+                    "POSTMARK_WEBHOOK_USER and POSTMARK_WEBHOOK_PASSWORD go together",
                 ))
             }
-            Some(k) => Some(Mailgun::new(k.expose())),
-            None => None,
-        };
-        let postmark = match (&self.postmark_webhook_user, &self.postmark_webhook_password) {
-            (Some(u), Some(p)) if !u.is_empty() && !p.expose().is_empty() => {
-                Some(Postmark::new(u, p.expose()))
-            }
-            (None, None) => None,
-            _ => return Err(ConfigError::new(
-                "POSTMARK_WEBHOOK_PASSWORD",
-                "POSTMARK_WEBHOOK_USER and POSTMARK_WEBHOOK_PASSWORD go together, neither empty",
-            )),
         };
         let sns = match &self.sns_topic_arns {
             Some(t) => {

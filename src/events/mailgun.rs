@@ -16,6 +16,10 @@ use super::{Event, What};
 /// The oldest (or furthest ahead) a signature's timestamp may be, seconds.
 pub const MAX_AGE_S: i64 = 300;
 
+/// The shortest signing key taken: the keys Mailgun issues are 32 hexadecimal characters
+/// (older ones `key-` and 32), so a shorter one is a mistake or a guessable stand-in.
+pub const MIN_KEY_CHARS: usize = 32;
+
 pub struct Mailgun {
     key: Vec<u8>,
 }
@@ -27,10 +31,18 @@ pub struct Signed {
 }
 
 impl Mailgun {
-    pub fn new(signing_key: &str) -> Self {
-        Self {
-            key: signing_key.trim().as_bytes().to_vec(),
+    /// From the HTTP webhook signing key; `Err` says what is wrong with it, never quoting it.
+    pub fn new(signing_key: &str) -> Result<Self, String> {
+        let key = signing_key.trim();
+        if key.chars().count() < MIN_KEY_CHARS {
+            return Err(format!(
+                "is {} characters; Mailgun's HTTP webhook signing key has at least {MIN_KEY_CHARS} (Sending → Webhooks → HTTP webhook signing key)",
+                key.chars().count()
+            ));
         }
+        Ok(Self {
+            key: key.as_bytes().to_vec(),
+        })
     }
 
     /// Checks the signature in the body at `now_s` (Unix seconds) and reads the event.

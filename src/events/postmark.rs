@@ -13,16 +13,31 @@ use super::event::{member_of, text_of, time_of};
 use super::{header, BadBody, Refused};
 use super::{Event, What};
 
+/// The shortest password taken: it is the webhook's only secret (Postmark signs nothing), so
+/// it must not be guessable: 16 characters at least (`openssl rand -hex 16` gives 32).
+pub const MIN_PASSWORD_CHARS: usize = 16;
+
 pub struct Postmark {
     /// `user:password`, as the Authorization header carries it after `Basic `.
     expected: Vec<u8>,
 }
 
 impl Postmark {
-    pub fn new(user: &str, password: &str) -> Self {
-        Self {
-            expected: format!("{user}:{password}").into_bytes(),
+    /// From the webhook URL's basic-auth user and password; `Err` says what is wrong, never
+    /// quoting the password.
+    pub fn new(user: &str, password: &str) -> Result<Self, String> {
+        if user.is_empty() || user.contains(':') {
+            return Err("POSTMARK_WEBHOOK_USER must be set, without a colon".into());
         }
+        if password.chars().count() < MIN_PASSWORD_CHARS {
+            return Err(format!(
+                "is {} characters; the webhook's only secret needs at least {MIN_PASSWORD_CHARS} (e.g. `openssl rand -hex 16`)",
+                password.chars().count()
+            ));
+        }
+        Ok(Self {
+            expected: format!("{user}:{password}").into_bytes(),
+        })
     }
 
     pub fn verify(&self, headers: &HeaderMap) -> Result<(), Refused> {

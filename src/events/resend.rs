@@ -19,6 +19,10 @@ pub const TOLERANCE_S: i64 = 300;
 /// The headers a signed request carries (checked with the head, before the body is read).
 pub const SIGNED_BY: [&str; 3] = ["svix-id", "svix-timestamp", "svix-signature"];
 
+/// The shortest key taken, decoded: Standard Webhooks asks for 24 to 64 random bytes, and
+/// the secrets Resend (Svix) issues are 24.
+pub const MIN_KEY_BYTES: usize = 24;
+
 pub struct Resend {
     key: Vec<u8>,
 }
@@ -33,6 +37,12 @@ impl Resend {
         let key = base64::engine::general_purpose::STANDARD
             .decode(b64)
             .map_err(|_| "is not whsec_ followed by base64".to_string())?;
+        if key.len() < MIN_KEY_BYTES {
+            return Err(format!(
+                "decodes to {} bytes; a secret Resend issues has at least {MIN_KEY_BYTES} (copy the webhook's signing secret whole)",
+                key.len()
+            ));
+        }
         Ok(Self { key })
     }
 

@@ -37,10 +37,10 @@ fn edges(bytes: &[u8]) -> [Vec<u8>; 3] {
 
 #[test]
 fn postmark_takes_its_credentials_exactly_and_nothing_shorter_or_longer() {
-    let p = postmark::Postmark::new("hook", "s3cret");
+    let p = postmark::Postmark::new("hook", "s3cret-0123456789").unwrap();
     let basic = |creds: &[u8]| headers(&[("authorization", format!("Basic {}", b64(creds)))]);
-    assert_eq!(p.verify(&basic(b"hook:s3cret")), Ok(()));
-    for wrong in edges(b"hook:s3cret") {
+    assert_eq!(p.verify(&basic(b"hook:s3cret-0123456789")), Ok(()));
+    for wrong in edges(b"hook:s3cret-0123456789") {
         assert_eq!(
             p.verify(&basic(&wrong)),
             Err(Refused::BadSignature),
@@ -122,8 +122,8 @@ fn mailgun_body(key: &[u8], ts: i64, sig: impl Fn(Vec<u8>) -> Vec<u8>) -> Vec<u8
 
 #[test]
 fn mailgun_takes_five_minutes_either_way_and_a_whole_signature_only() {
-    let key = b"key-mailgun";
-    let m = mailgun::Mailgun::new("key-mailgun");
+    let key = b"key-mailgun-0123456789abcdef01234";
+    let m = mailgun::Mailgun::new("key-mailgun-0123456789abcdef01234").unwrap();
     let tol = mailgun::MAX_AGE_S;
     for at in [NOW - tol, NOW + tol] {
         assert!(
@@ -173,4 +173,29 @@ fn sendgrid_takes_a_whole_signature_only() {
             wrong.len()
         );
     }
+}
+
+#[test]
+fn secrets_weaker_than_the_vendors_issue_are_refused_without_being_shown() {
+    // Resend (Svix): whsec_ and at least 24 bytes; the empty key signs anything.
+    for short in [String::new(), b64(b"x"), b64(&[7u8; 23])] {
+        let err = resend::Resend::new(&format!("whsec_{short}"))
+            .err()
+            .expect("refused");
+        assert!(err.contains("24") && (short.is_empty() || !err.contains(&short)), "{err}");
+    }
+    assert!(resend::Resend::new(&format!("whsec_{}", b64(&[7u8; 24]))).is_ok());
+    // Mailgun: 32 characters at least.
+    for short in ["", "k", &"k".repeat(31)] {
+        let err = mailgun::Mailgun::new(short).err().expect("refused");
+        assert!(err.contains("32"), "{err}");
+    }
+    assert!(mailgun::Mailgun::new(&"k".repeat(32)).is_ok());
+    // Postmark: a password of 16 characters at least, and a user.
+    for short in ["", "p", &"p".repeat(15)] {
+        let err = postmark::Postmark::new("hook", short).err().expect("refused");
+        assert!(err.contains("16") && (short.len() < 3 || !err.contains(short)), "{err}");
+    }
+    assert!(postmark::Postmark::new("", &"p".repeat(16)).is_err());
+    assert!(postmark::Postmark::new("hook", &"p".repeat(16)).is_ok());
 }

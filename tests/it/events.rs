@@ -29,7 +29,7 @@ const SG_OFFICIAL_BODY: &str = "[{\"email\":\"hello@world.com\",\"event\":\"drop
 
 const MAILGUN_KEY: &str = "key-campaign-sender-test-signing-key";
 pub(crate) const POSTMARK_USER: &str = "postmark-hook";
-pub(crate) const POSTMARK_PASSWORD: &str = "s3cret-pass";
+pub(crate) const POSTMARK_PASSWORD: &str = "s3cret-pass-0123456789";
 
 pub(crate) fn b64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
@@ -70,8 +70,8 @@ pub(crate) fn listeners(official_sendgrid: bool) -> Listeners {
                 .unwrap(),
             ),
             Box::new(Resend::new(&resend_secret().1).unwrap()),
-            Box::new(Mailgun::new(MAILGUN_KEY)),
-            Box::new(Postmark::new(POSTMARK_USER, POSTMARK_PASSWORD)),
+            Box::new(Mailgun::new(MAILGUN_KEY).unwrap()),
+            Box::new(Postmark::new(POSTMARK_USER, POSTMARK_PASSWORD).unwrap()),
         ],
         bodies: Budget::new(64 * 1024, 16 * 1024 * 1024, Duration::from_secs(10)),
         db_timeout: Duration::from_secs(2),

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use campaign_sender::exit;
 use fake_provider::FakeConfig;
 use sqlx::PgPool;
 
@@ -149,4 +150,50 @@ async fn a_claimed_batch_debug_prints_members_but_never_addresses(pool: PgPool) 
     ] {
         assert!(printed.contains(id), "{id} missing: {printed}");
     }
+}
+
+/// A webhook secret anyone can guess lets anyone suppress anyone (or brake a campaign): `events`
+/// refuses to start with one weaker than the vendor issues, 78 naming the variable and never
+/// the value, before it touches the database (the URL points nowhere).
+#[tokio::test]
+async fn events_refuses_empty_and_trivial_webhook_secrets_naming_the_variable_never_the_value() {
+    let sixteen = "sixteen-byte-key";
+    let cases: &[&[(&str, &str)]] = &[
+        &[("RESEND_WEBHOOK_SECRET", "whsec_")],
+        &[("RESEND_WEBHOOK_SECRET", "whsec_eA==")],
+        &[("MAILGUN_WEBHOOK_SIGNING_KEY", "k")],
+        &[("MAILGUN_WEBHOOK_SIGNING_KEY", "key-1234567890abcdef")],
+        &[
+            ("POSTMARK_WEBHOOK_USER", "hook"),
+            ("POSTMARK_WEBHOOK_PASSWORD", "p"),
+        ],
+        &[("UNSUBSCRIBE_SECRET", sixteen)],
+    ];
+    for env in cases {
+        let (var, value) = env[env.len() - 1];
+        let mut env = env.to_vec();
+        env.push(("DB_CONNECT_RETRY_S", "1"));
+        let (code, _, err) = finish(
+            spawn_sender(&["events"], "postgres://nobody@127.0.0.1:9/none", &env),
+            Duration::from_secs(30),
+        )
+        .await;
+        assert_eq!(code, exit::Exit::Config as i32, "{var}={value}: {err}");
+        assert!(err.contains(var), "{var}: not named: {err}");
+        assert!(value.len() < 3 || !err.contains(value), "{var}: value shown: {err}");
+    }
+    // An older 16-byte secret after a 32-byte one still verifies: a warning, not a refusal.
+    let rotated = format!("{}, {sixteen}", "k".repeat(32));
+    let (code, _, err) = finish(
+        spawn_sender(
+            &["events"],
+            "postgres://nobody@127.0.0.1:9/none",
+            &[("UNSUBSCRIBE_SECRET", &rotated), ("DB_CONNECT_RETRY_S", "1")],
+        ),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_ne!(code, exit::Exit::Config as i32, "{err}");
+    assert!(err.contains("verify-only secret"), "warned: {err}");
+    assert!(!err.contains(sixteen), "{err}");
 }

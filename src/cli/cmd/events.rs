@@ -23,6 +23,15 @@ impl Events {
         let addr = cfg.socket().map_err(config_failure)?;
         let rules = BrakeConfig::from_env().map_err(config_failure)?.rules();
         let listeners = cfg.listeners(rules).map_err(config_failure)?;
+        if let Some(weak) = listeners.one_click.as_ref().map(|s| s.weak_verifiers()) {
+            if weak > 0 {
+                tracing::warn!(
+                    weak,
+                    "UNSUBSCRIBE_SECRET keeps {weak} verify-only secret(s) shorter than 32 bytes: \
+                     drop them once the mails that carry their links are past caring (OPERATIONS: one-click)"
+                );
+            }
+        }
         if let Some(m) = cfg.metrics_addr.as_ref().and_then(|a| a.parse().ok()) {
             // The pod's name labels every series; held to a worker id's alphabet, like a worker's.
             let name = std::env::var("HOSTNAME").unwrap_or_else(|_| "events".into());
