@@ -26,15 +26,15 @@ fn main() -> std::process::ExitCode {
     std::process::ExitCode::from(code)
 }
 
-/// A command line that cannot be honoured: help and version print and exit 0; a value that is
-/// not what an option takes (a malformed window, an unknown time zone) is bad configuration,
-/// exit 78; any other mistake in the command line is a usage error, 64 (never clap's 2, which
-/// is our "too many failures").
+/// A command line that cannot be honoured: help and version print and exit 0; every mistake
+/// in the command line — an unknown flag, a missing argument, a value missing or not what its
+/// option takes (a malformed window, an age no date can be) — is a usage error, 64, as
+/// sysexits puts bad command-line syntax under `EX_USAGE` (never clap's 2, which is our "too
+/// many failures"; 78 is for the environment's variables).
 fn parse_failure(e: clap::Error) -> std::process::ExitCode {
     use clap::error::ErrorKind;
     let code = match e.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => 0,
-        ErrorKind::ValueValidation | ErrorKind::InvalidValue => Exit::Config.code(),
         _ => Exit::Usage.code(),
     };
     let _ = e.print();

@@ -288,7 +288,11 @@ mod tests {
         assert!(Signer::new(&"k".repeat(31)).is_err());
         assert_eq!(Signer::new(&"k".repeat(32)).unwrap().weak_verifiers(), 0);
         let rotated = Signer::new(&format!("{}, sixteen-byte-key", "k".repeat(32))).unwrap();
-        assert_eq!(rotated.weak_verifiers(), 1, "an old short secret is kept, and counted");
+        assert_eq!(
+            rotated.weak_verifiers(),
+            1,
+            "an old short secret is kept, and counted"
+        );
     }
 
     #[test]

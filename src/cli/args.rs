@@ -13,15 +13,35 @@ pub fn parse_template(v: &str) -> Result<String, String> {
     Ok(v.to_string())
 }
 
-/// `--since`: an RFC 3339 time, or a duration ago (`90m`, `2h 30m`).
+/// `--since`: an RFC 3339 time, or a duration ago (`90m`, `2h 30m`). A duration no date can
+/// be that long ago (`300000y`) is refused, never clamped: a cutoff must mean what was typed.
 pub fn parse_since(v: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
     if let Ok(t) = chrono::DateTime::parse_from_rfc3339(v) {
         return Ok(t.with_timezone(&chrono::Utc));
     }
     let ago = humantime::parse_duration(v)
         .map_err(|e| format!("neither an RFC 3339 time nor a duration like 2h ({e})"))?;
-    let ago = chrono::Duration::from_std(ago).map_err(|e| e.to_string())?;
-    Ok(chrono::Utc::now() - ago)
+    ago_from(chrono::Utc::now(), ago)
+}
+
+/// `--older-than`: a duration (`30d`, `12h`) that a date can be that long ago.
+pub fn parse_age(v: &str) -> Result<chrono::TimeDelta, String> {
+    let age = humantime::parse_duration(v).map_err(|e| format!("not a duration like 30d ({e})"))?;
+    ago_from(chrono::Utc::now(), age)?;
+    chrono::TimeDelta::from_std(age).map_err(|_| TOO_LONG.into())
+}
+
+const TOO_LONG: &str = "is longer ago than a date can be (at most some 260 000 years, e.g. 30d)";
+
+/// The instant `ago` before `now`, or why there is none.
+fn ago_from(
+    now: chrono::DateTime<chrono::Utc>,
+    ago: std::time::Duration,
+) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    chrono::TimeDelta::from_std(ago)
+        .ok()
+        .and_then(|d| now.checked_sub_signed(d))
+        .ok_or_else(|| TOO_LONG.into())
 }
 
 pub fn parse_rate(v: &str) -> Result<f64, String> {
@@ -64,6 +84,29 @@ pub fn parse_window(v: &str) -> Result<WindowArg, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_duration_longer_ago_than_a_date_can_be_is_refused_never_clamped() {
+        for huge in ["300000y", "300000000y", "18446744073709551615s"] {
+            assert!(
+                parse_since(huge).unwrap_err().contains("longer ago"),
+                "{huge}"
+            );
+            assert!(
+                parse_age(huge).unwrap_err().contains("longer ago"),
+                "{huge}"
+            );
+        }
+        let week = parse_age("7d").unwrap();
+        assert_eq!(week, chrono::TimeDelta::days(7));
+        let since = parse_since("2h").unwrap();
+        let took = chrono::Utc::now() - since;
+        assert!(
+            took >= chrono::TimeDelta::hours(2)
+                && took < chrono::TimeDelta::hours(2) + chrono::TimeDelta::minutes(1)
+        );
+        assert!(parse_age("soon").is_err());
+    }
 
     #[test]
     fn a_live_rate_is_bounded_and_an_absurd_one_is_refused_short() {

@@ -182,7 +182,10 @@ fn secrets_weaker_than_the_vendors_issue_are_refused_without_being_shown() {
         let err = resend::Resend::new(&format!("whsec_{short}"))
             .err()
             .expect("refused");
-        assert!(err.contains("24") && (short.is_empty() || !err.contains(&short)), "{err}");
+        assert!(
+            err.contains("24") && (short.is_empty() || !err.contains(&short)),
+            "{err}"
+        );
     }
     assert!(resend::Resend::new(&format!("whsec_{}", b64(&[7u8; 24]))).is_ok());
     // Mailgun: 32 characters at least.
@@ -193,8 +196,13 @@ fn secrets_weaker_than_the_vendors_issue_are_refused_without_being_shown() {
     assert!(mailgun::Mailgun::new(&"k".repeat(32)).is_ok());
     // Postmark: a password of 16 characters at least, and a user.
     for short in ["", "p", &"p".repeat(15)] {
-        let err = postmark::Postmark::new("hook", short).err().expect("refused");
-        assert!(err.contains("16") && (short.len() < 3 || !err.contains(short)), "{err}");
+        let err = postmark::Postmark::new("hook", short)
+            .err()
+            .expect("refused");
+        assert!(
+            err.contains("16") && (short.len() < 3 || !err.contains(short)),
+            "{err}"
+        );
     }
     assert!(postmark::Postmark::new("", &"p".repeat(16)).is_err());
     assert!(postmark::Postmark::new("hook", &"p".repeat(16)).is_ok());

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use campaign_sender::exit;
 use sqlx::PgPool;
 
 use crate::helpers::*;
@@ -256,6 +257,64 @@ async fn older_than_archives_only_finished_campaigns_unchanged_for_that_long(poo
     assert_eq!(rows_of(&pool, "campaign_targets", DONE).await, 0);
     assert_eq!(rows_of(&pool, "campaign_targets", "recent-sale").await, 50);
     assert_eq!(rows_of(&pool, "campaign_targets", "running-sale").await, 50);
+}
+
+/// An age no date can be (it once became zero: the cutoff was now, and every finished
+/// campaign went) is refused with 64; an age under a day takes campaigns that finished
+/// moments ago, so it needs `--yes`, and `--dry-run` shows what it would take first.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn an_age_that_cannot_be_held_or_under_a_day_archives_nothing_without_yes(pool: PgPool) {
+    seed_finished(&pool, DONE, 20).await;
+    for huge in ["300000000y", "300000y"] {
+        let (code, out, err) = archive(&pool, &["--older-than", huge]).await;
+        assert_eq!(code, exit::Exit::Usage as i32, "{huge}: {out}\n{err}");
+        assert!(err.contains("--older-than"), "names the flag: {err}");
+    }
+    for args in [
+        &["--older-than", "300000y", "--dry-run"][..],
+        &["--older-than", "1s"][..],
+    ] {
+        let (code, out, err) = archive(&pool, args).await;
+        assert_eq!(code, exit::Exit::Usage as i32, "{args:?}: {out}\n{err}");
+    }
+    assert_eq!(rows_of(&pool, "campaign_targets", DONE).await, 20);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let (code, out, err) = archive(&pool, &["--older-than", "1s", "--dry-run"]).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains(DONE) && out.contains("nothing changed"),
+        "{out}"
+    );
+    assert_eq!(rows_of(&pool, "campaign_targets", DONE).await, 20);
+    let (code, out, err) = archive(&pool, &["--older-than", "1s", "--yes"]).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert_eq!(rows_of(&pool, "campaign_targets", DONE).await, 0);
+}
+
+/// `--since` in every command that takes it: an age no date can be is 64 naming the flag,
+/// never a panic (101) nor a cutoff of its own choosing.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_since_that_cannot_be_held_is_a_usage_error_in_every_command(pool: PgPool) {
+    let url = database_url(&pool).await;
+    for args in [
+        &["suppress", "--export", "-", "--since", "300000y"][..],
+        &["retry-failed", "--campaign", DONE, "--since", "300000y"][..],
+        &[
+            "resolve",
+            "--campaign",
+            DONE,
+            "--assume-sent",
+            "--since",
+            "300000y",
+        ][..],
+    ] {
+        let (code, out, err) = finish(spawn_sender(args, &url, &[]), Duration::from_secs(30)).await;
+        assert_eq!(code, exit::Exit::Usage as i32, "{args:?}: {out}\n{err}");
+        assert!(
+            err.contains("--since") && err.contains("longer ago"),
+            "{args:?}: {err}"
+        );
+    }
 }
 
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]

@@ -454,19 +454,19 @@ async fn a_campaign_id_that_cannot_travel_is_refused_where_it_is_made_and_sent(p
         ("a:b", "':' (U+003A)"),
     ] {
         let (code, _, err) = import_as(&pool, id, csv, &[]).await;
-        assert_eq!(code, exit::Exit::Config as i32, "{id:?}: {err}");
+        assert_eq!(code, exit::Exit::Usage as i32, "{id:?}: {err}");
         assert!(
             err.contains(shown) && err.contains("A-Z a-z 0-9 _ -"),
             "{id:?}: {err}"
         );
         let args = ["configure", "--campaign", id, "--template", "t", "--create"];
         let (code, _, err) = operator(&pool, &args, &[]).await;
-        assert_eq!(code, exit::Exit::Config as i32, "{id:?}: {err}");
+        assert_eq!(code, exit::Exit::Usage as i32, "{id:?}: {err}");
         assert!(err.contains(shown), "{id:?}: {err}");
     }
     let long = "x".repeat(129);
     let (code, _, err) = import_as(&pool, &long, csv, &[]).await;
-    assert_eq!(code, exit::Exit::Config as i32, "{err}");
+    assert_eq!(code, exit::Exit::Usage as i32, "{err}");
     assert!(err.contains("at most 128") && err.len() < 400, "{err}");
     assert_eq!(imported(&pool).await, 0, "a row was imported");
     assert_eq!(settings_rows(&pool).await, 0, "a settings row was created");
@@ -551,7 +551,7 @@ async fn a_stream_cut_mid_line_imports_nothing_and_a_file_without_a_final_newlin
 }
 
 /// `--from` and `--reply-to` take exactly one mailbox: several senders, a two-address reply-to
-/// and group syntax exit 78 naming the flag, never showing the value, and change nothing; a
+/// and group syntax exit 64 naming the flag, never showing the value, and change nothing; a
 /// display name with quotes is stored so that it reads back exactly.
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn a_sender_that_is_not_one_mailbox_is_refused_by_flag_without_its_value(pool: PgPool) {
@@ -567,11 +567,7 @@ async fn a_sender_that_is_not_one_mailbox_is_refused_by_flag_without_its_value(p
             &[],
         )
         .await;
-        assert_eq!(
-            code,
-            exit::Exit::Config as i32,
-            "{flag} {value}: {out}{err}"
-        );
+        assert_eq!(code, exit::Exit::Usage as i32, "{flag} {value}: {out}{err}");
         assert!(err.contains(flag), "{err}");
         assert!(
             !format!("{out}{err}").contains('@'),

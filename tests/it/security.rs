@@ -180,7 +180,10 @@ async fn events_refuses_empty_and_trivial_webhook_secrets_naming_the_variable_ne
         .await;
         assert_eq!(code, exit::Exit::Config as i32, "{var}={value}: {err}");
         assert!(err.contains(var), "{var}: not named: {err}");
-        assert!(value.len() < 3 || !err.contains(value), "{var}: value shown: {err}");
+        assert!(
+            value.len() < 3 || !err.contains(value),
+            "{var}: value shown: {err}"
+        );
     }
     // An older 16-byte secret after a 32-byte one still verifies: a warning, not a refusal.
     let rotated = format!("{}, {sixteen}", "k".repeat(32));
@@ -188,7 +191,10 @@ async fn events_refuses_empty_and_trivial_webhook_secrets_naming_the_variable_ne
         spawn_sender(
             &["events"],
             "postgres://nobody@127.0.0.1:9/none",
-            &[("UNSUBSCRIBE_SECRET", &rotated), ("DB_CONNECT_RETRY_S", "1")],
+            &[
+                ("UNSUBSCRIBE_SECRET", &rotated),
+                ("DB_CONNECT_RETRY_S", "1"),
+            ],
         ),
         Duration::from_secs(30),
     )

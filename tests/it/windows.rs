@@ -51,7 +51,7 @@ async fn window_columns(pool: &PgPool) -> Option<(Option<String>, Option<String>
 }
 
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
-async fn a_malformed_window_or_unknown_zone_exits_78_naming_it_and_changes_nothing(pool: PgPool) {
+async fn a_malformed_window_or_unknown_zone_exits_64_naming_it_and_changes_nothing(pool: PgPool) {
     seed(&pool, CAMPAIGN, 3).await;
     let base = ["configure", "--campaign", CAMPAIGN];
     for (args, named) in [
@@ -75,7 +75,7 @@ async fn a_malformed_window_or_unknown_zone_exits_78_naming_it_and_changes_nothi
         (&["--timezone", "Asia/Tokyo"], "give --window too"),
     ] {
         let (code, out, err) = operator(&pool, &[&base[..], args].concat()).await;
-        assert_eq!(code, exit::Exit::Config as i32, "{args:?}: {out}{err}");
+        assert_eq!(code, exit::Exit::Usage as i32, "{args:?}: {out}{err}");
         assert!(err.contains(named), "{args:?}: {err}");
         assert_eq!(
             window_columns(&pool).await,
@@ -100,7 +100,7 @@ async fn a_malformed_window_or_unknown_zone_exits_78_naming_it_and_changes_nothi
     assert!(out.contains("22:00-06:00 Asia/Tokyo"), "{out}");
     // A bad value later leaves the window that was set.
     let (code, _, _) = operator(&pool, &[&base[..], &["--timezone", "Asia/Tokio"]].concat()).await;
-    assert_eq!(code, exit::Exit::Config as i32);
+    assert_eq!(code, exit::Exit::Usage as i32);
     let set = Some((Some("22:00:00".to_string()), Some("Asia/Tokyo".to_string())));
     assert_eq!(window_columns(&pool).await, set);
 

@@ -10,6 +10,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::{Needs, OperatorCommand};
+use crate::cli::args::parse_age;
 use crate::cli::{CliError, CliResult};
 use crate::exit::Exit;
 use crate::store::archive::{self, Archived};
@@ -25,13 +26,20 @@ use crate::store::archive::{self, Archived};
 pub struct Archive {
     #[arg(long)]
     campaign: Option<String>,
-    /// Every finished campaign unchanged for this long (`30d`, `12h`).
-    #[arg(long, value_parser = humantime::parse_duration, value_name = "AGE")]
-    older_than: Option<std::time::Duration>,
+    /// Every finished campaign unchanged for this long (`30d`, `12h`); under a day needs
+    /// `--yes` (it takes campaigns that finished moments ago, and their one-click links).
+    #[arg(long, value_parser = parse_age, value_name = "AGE")]
+    older_than: Option<chrono::TimeDelta>,
     /// Say what would move, change nothing.
     #[arg(long)]
     dry_run: bool,
+    /// With --older-than under a day: yes, archive campaigns that recent.
+    #[arg(long, requires = "older_than")]
+    yes: bool,
 }
+
+/// The youngest `--older-than` taken without `--yes`.
+const AGE_FLOOR: chrono::TimeDelta = chrono::TimeDelta::days(1);
 
 impl OperatorCommand for Archive {
     fn needs(&self) -> Needs<'_> {
@@ -43,6 +51,12 @@ impl OperatorCommand for Archive {
     async fn run(self, pool: &PgPool, _: CancellationToken) -> CliResult {
         let which = match (self.campaign, self.older_than) {
             (Some(c), _) => Which::One(c),
+            (None, Some(age)) if age < AGE_FLOOR && !self.yes && !self.dry_run => {
+                eprintln!(
+                    "archive: an --older-than under a day takes campaigns that finished moments ago. Look with --dry-run, then add --yes; nothing archived"
+                );
+                return Err(Exit::Usage.into());
+            }
             (None, Some(age)) => Which::OlderThan(age),
             (None, None) => {
                 eprintln!("archive: name a campaign (--campaign) or an age (--older-than); nothing archived");
@@ -55,14 +69,15 @@ impl OperatorCommand for Archive {
 
 enum Which {
     One(String),
-    OlderThan(Duration),
+    OlderThan(chrono::TimeDelta),
 }
 
 async fn archive(pool: &PgPool, which: Which, dry_run: bool) -> CliResult {
     let campaigns = match which {
         Which::One(c) => vec![c],
         Which::OlderThan(age) => {
-            let cutoff = chrono::Utc::now() - chrono::Duration::from_std(age).unwrap_or_default();
+            // parse_age took only an age a date can be ago.
+            let cutoff = chrono::Utc::now() - age;
             let found = archive::finished_before(pool, cutoff).await?;
             println!(
                 "{} finished campaigns unchanged since {}: {}",

@@ -24,7 +24,7 @@ pub struct Configure {
     /// The sender, `addr` or `Name <addr>` (a verified identity at the vendor; every
     /// vendor but MAIL_PROVIDER=json needs one).
     /// Exactly one RFC 5322 mailbox; checked by `configure` itself (crate::mailbox), which
-    /// refuses with 78 and never shows the value.
+    /// refuses with 64 and never shows the value.
     #[arg(long, value_name = "NAME <ADDR>")]
     from: Option<String>,
     /// Where replies go (one mailbox, as `--from`).
@@ -82,7 +82,8 @@ impl OperatorCommand for Configure {
 }
 
 /// `--from` / `--reply-to` as stored: exactly one mailbox in its canonical form
-/// ([`crate::mailbox`]); anything else exits 78 naming `flag`, never showing the value.
+/// ([`crate::mailbox`]); anything else is a usage error (64) naming `flag`, never showing the
+/// value.
 fn mailbox(flag: &str, value: Option<&str>) -> Result<Option<String>, CliError> {
     value
         .map(|v| {
@@ -90,9 +91,9 @@ fn mailbox(flag: &str, value: Option<&str>) -> Result<Option<String>, CliError> 
                 .map(|m| m.header())
                 .map_err(|problem| {
                     eprintln!(
-                        "configuration error: {flag} {problem} (the value is not shown: it is an address); nothing changed"
+                        "usage error: {flag} {problem} (the value is not shown: it is an address); nothing changed"
                     );
-                    CliError::Exit(Exit::Config)
+                    CliError::Exit(Exit::Usage)
                 })
         })
         .transpose()
@@ -106,13 +107,13 @@ struct Settings<'a> {
 }
 
 /// Writes the settings asked for; a request that cannot be honoured (a window without a time
-/// zone) changes nothing and exits 78.
+/// zone) changes nothing and is a usage error (64).
 async fn configure(pool: &PgPool, campaign: &str, asked: Settings<'_>) -> CliResult {
     let before = campaigns::settings(pool, campaign).await?;
     let window =
         crate::window::change(asked.window, asked.timezone, before.window).map_err(|problem| {
-            eprintln!("configuration error: {problem}; nothing changed");
-            CliError::Exit(Exit::Config)
+            eprintln!("usage error: {problem}; nothing changed");
+            CliError::Exit(Exit::Usage)
         })?;
     let c = &asked.change;
     let lines = c.complaint_line.is_some() || c.bounce_line.is_some();

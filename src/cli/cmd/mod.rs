@@ -86,7 +86,7 @@ pub enum Needs<'a> {
     /// One that exists: an unknown one is refused naming the closest (exit 1).
     Existing(&'a str),
     /// One it may make (`import`, `configure --create`): its id must be one that can travel
-    /// ([`crate::campaign_id`]; exit 78). The other commands take any existing id, so a
+    /// ([`crate::campaign_id`]; exit 64). The other commands take any existing id, so a
     /// campaign made before the rule can still be seen, paused and archived.
     New(&'a str),
 }
@@ -106,7 +106,7 @@ async fn checked<C: OperatorCommand>(
         Needs::New(id) => {
             if let Some(refusal) = invalid_id(id) {
                 eprintln!("{refusal}");
-                return Err(Exit::Config.into());
+                return Err(Exit::Usage.into());
             }
         }
         Needs::Existing(id) => {
