@@ -492,7 +492,10 @@ mod tests {
             ),
             "{text}"
         );
-        let early = Tally { sent: 10, ..t };
+        let early = Tally {
+            sent: 10,
+            ..t.clone()
+        };
         let s = Status {
             reputation: Some(Reputation::of(&early, Defaults::documented().lines)),
             ..Status::empty("c")
@@ -503,6 +506,19 @@ mod tests {
             render(&s)
         );
         assert!(!render(&Status::empty("c")).contains("lines "));
+        let none_sent = Tally {
+            sent: 0,
+            complaints: 1,
+            ..t
+        };
+        let s = Status {
+            reputation: Some(Reputation::of(&none_sent, Defaults::documented().lines)),
+            ..Status::empty("c")
+        };
+        let text = render(&s);
+        let line = text.lines().find(|l| l.starts_with("lines")).unwrap();
+        assert!(!line.contains(" of 0)"), "never a rate of nothing: {line}");
+        assert!(line.contains("complaints 1 of no mail sent yet"), "{line}");
     }
 
     #[test]

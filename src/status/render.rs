@@ -84,6 +84,14 @@ fn render_reputation(o: &mut String, s: &Status) {
 pub fn lines(r: &crate::status::Reputation) -> String {
     use crate::store::brake::{grouped, percent};
     let one = |what: &str, n: i64, rate: f64, line: f64| {
+        if r.sent == 0 {
+            // No rate of nothing sent: never "(1 of 0)".
+            return format!(
+                "{what} {} of no mail sent yet, line {}",
+                grouped(n),
+                percent(line)
+            );
+        }
         format!(
             "{what} {} ({} of {}), line {}",
             percent(rate),

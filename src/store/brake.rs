@@ -2,9 +2,12 @@
 //! bounces its vendor reported, and the pause that stops it before a mailbox provider's line
 //! (`MAX_COMPLAINT_RATIO`, `MAX_BOUNCE_RATIO`, [`crate::config::BrakeConfig`]).
 //!
-//! - the workers' fenced finish adds the rows it wrote `sent` (in its own statement,
-//!   [`crate::store::Store::finish`]); `events` adds the rows an event settled as `sent`, and
-//!   each complaint and hard bounce it stores for a row of ours ([`weigh`]);
+//! - the tally's `sent` is the campaign's sent rows, in the work table and archived, whatever
+//!   made them sent: the workers' fenced finish adds the rows it wrote `sent` (in its own
+//!   statement, [`crate::store::Store::finish`]), `resolve --assume-sent` the rows it settles
+//!   (in its own, [`crate::store::Store::resolve`]), `events` the rows an event settled; `archive`
+//!   moves rows without touching it. `events` also adds each complaint and hard bounce it stores
+//!   for a row of ours ([`weigh`]);
 //! - in that same transaction, a campaign whose tally is over a line — complaints / sent (or
 //!   hard bounces / sent) above it, once `sent` reaches `BRAKE_MIN_SENT` — and to which this
 //!   transaction added a complaint (or a hard bounce) is paused by `brake`, with the measured

@@ -216,7 +216,8 @@ impl Store {
     /// Invariants:
     /// - only `unconfirmed` rows change, so no claim is disturbed;
     /// - [`Settle::AssumeSent`]: `sent`, with `sent_at` the moment the unknown attempt began
-    ///   and `last_error = 'assumed_sent'`, so an audit can tell them from confirmed sends;
+    ///   and `last_error = 'assumed_sent'`, so an audit can tell them from confirmed sends, and
+    ///   added to `campaign_tallies.sent` in the same statement (the tally is the sent rows);
     /// - [`Settle::Resend`]: `pending` with its attempts reset and its unknown attempt
     ///   forgotten (a new window starts if the next attempt is unknown too); an opted-out row
     ///   is never resent (it stays `unconfirmed`).
@@ -237,11 +238,15 @@ impl Store {
         let statement = if dry_run {
             format!("SELECT count(*) FROM campaign_targets WHERE {SELECTED}")
         } else if assume {
+            // The tally is the rows: what is now sent counts toward the brake's lines.
             format!(
                 "WITH s AS (UPDATE campaign_targets
                                SET state = 'sent', sent_at = coalesce(sent_at, unknown_since, now()),
                                    last_error = 'assumed_sent', updated_at = now()
-                             WHERE {SELECTED} RETURNING 1)
+                             WHERE {SELECTED} RETURNING 1),
+                      tallied AS (INSERT INTO campaign_tallies AS c (campaign_id, sent)
+                                  SELECT $1, count(*) FROM s HAVING count(*) > 0
+                                  ON CONFLICT (campaign_id) DO UPDATE SET sent = c.sent + excluded.sent)
                  SELECT count(*) FROM s"
             )
         } else {

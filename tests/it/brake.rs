@@ -268,3 +268,42 @@ async fn soft_bounces_suppress_at_the_third_within_the_window_and_age_out(pool: 
         .unwrap();
     assert_eq!(kept, 4, "3 of full, 1 of spread");
 }
+
+/// The upgrade's repair: a tally that drifted from the rows (`resolve --assume-sent` once added
+/// nothing) is set to the sent rows, in the work table and archived; a right one is not written.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_drifted_tally_is_repaired_from_the_sent_rows_and_the_archive(pool: PgPool) {
+    seed(&pool, "drifted", 20).await;
+    seed(&pool, "right", 5).await;
+    sqlx::query(
+        "UPDATE campaign_targets SET state = 'sent', sent_at = now()
+          WHERE campaign_id = 'right' OR member_id <= 12",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO campaign_archive (campaign_id, member_id, outcome, attempts)
+         SELECT 'drifted', 100 + g, CASE WHEN g <= 8 THEN 'sent' ELSE 'failed' END, 1
+           FROM generate_series(1, 10) g",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO campaign_tallies (campaign_id, sent) VALUES ('drifted', 12), ('right', 5)
+         ON CONFLICT (campaign_id) DO UPDATE SET sent = excluded.sent",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let repair = include_str!("../../migrations/20261207000014_tallies_are_the_rows.sql");
+    let done = sqlx::raw_sql(repair).execute(&pool).await.unwrap();
+    assert_eq!(done.rows_affected(), 1, "only the drifted tally is written");
+    let tallies: Vec<(String, i64)> =
+        sqlx::query_as("SELECT campaign_id, sent FROM campaign_tallies ORDER BY 1")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(tallies, [("drifted".into(), 20), ("right".into(), 5)]);
+}

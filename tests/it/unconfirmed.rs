@@ -223,7 +223,22 @@ async fn resolve_settles_unconfirmed_rows_either_way_and_never_resends_an_opted_
         "unconfirmed",
         "opted out: never resent"
     );
+    let tally = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT coalesce((SELECT sent FROM campaign_tallies WHERE campaign_id = $1), 0)",
+        )
+        .bind(CAMPAIGN)
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    let before = tally().await;
     assert_eq!(s.resolve(Settle::AssumeSent, None, false).await.unwrap(), 1);
+    assert_eq!(
+        tally().await,
+        before + 1,
+        "the brake's tally counts what is now sent"
+    );
     let assumed: (String, bool, Option<String>) = sqlx::query_as(
         "SELECT state, sent_at = unknown_since, last_error FROM campaign_targets
           WHERE campaign_id = $1 AND member_id = 4",
