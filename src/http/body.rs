@@ -3,11 +3,15 @@
 //!
 //! - **Declared size first**: a `Content-Length` over the bound is refused before a byte of
 //!   the body is read; a body without one may grow to the bound and no further.
-//! - **A memory budget** ([`Budget::new`]'s `memory`): a body reserves its declared size (or
-//!   the bound, when it declares none) before it is read and keeps it until the request is
-//!   answered. Bodies over [`LARGE`] may hold at most half of the budget between them, so a
-//!   flood of big bodies (no vendor sends one: SendGrid's batches, the largest, reach 768 kB)
-//!   never starves the small ones every vendor's events come in.
+//! - **A memory budget** ([`Budget::new`]'s `memory`), charged for the bytes received, never
+//!   for the bytes announced: a body takes its share as its bytes arrive and keeps it until
+//!   the request is answered, so a stranger who declares a megabyte and sends a byte holds a
+//!   kibibyte, and a thousand of them cannot delay a vendor's event. Bodies over [`LARGE`] may
+//!   hold at most half of the budget between them (a body that may grow past it, from its
+//!   first byte), so a flood of big bodies (no vendor sends
+//!   one: SendGrid's batches, the largest, reach 768 kB) never starves the small ones every
+//!   vendor's events come in. Bodies that together outgrow the budget wait for it in the
+//!   order they asked (the semaphore is fair); whatever still waits at its deadline is 503.
 //! - **One deadline** for waiting for the budget and reading the body: a request still waiting
 //!   for the budget at its deadline is answered 503 (the vendor retries), one whose body has
 //!   not arrived by then 408, and its connection closes.
@@ -39,7 +43,7 @@ pub struct Budget {
 #[derive(Debug)]
 pub struct Held {
     pub bytes: Bytes,
-    _share: (OwnedSemaphorePermit, Option<OwnedSemaphorePermit>),
+    _share: Share,
 }
 
 /// Why a body was not read.
@@ -95,39 +99,80 @@ impl Budget {
         declared(headers).is_some_and(|n| n > self.max_body)
     }
 
-    /// Reads `body` whole within the budget and the deadline (see the module docs).
+    /// The deadline a body is read within.
+    pub fn deadline(&self) -> Duration {
+        self.deadline
+    }
+
+    /// Reads `body` whole within the budget and the deadline (see the module docs): frame by
+    /// frame, each charged to the budget before it is kept.
     pub async fn read(&self, headers: &HeaderMap, body: Body) -> Result<Held, NotRead> {
-        let size = match declared(headers) {
+        use http_body_util::BodyExt as _;
+        let limit = match declared(headers) {
             Some(n) if n > self.max_body => return Err(NotRead::TooLarge),
             Some(n) => n,
             None => self.max_body,
         };
         let deadline = Instant::now() + self.deadline;
-        let share = tokio::time::timeout_at(deadline, self.reserve(size))
-            .await
-            .map_err(|_| NotRead::Busy)?;
-        let bytes = match tokio::time::timeout_at(deadline, axum::body::to_bytes(body, size)).await
-        {
-            Err(_) => return Err(NotRead::TooSlow),
-            Ok(Err(e)) if is_over_limit(&e) => return Err(NotRead::TooLarge),
-            Ok(Err(_)) => return Err(NotRead::Broken),
-            Ok(Ok(b)) => b,
+        let mut share = Share::default();
+        // The frames as they came (no copy, no doubling while the body grows), joined once.
+        let (mut frames, mut len) = (Vec::<Bytes>::new(), 0usize);
+        let mut body = body;
+        loop {
+            let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+                Err(_) => return Err(NotRead::TooSlow),
+                Ok(None) => break,
+                Ok(Some(Err(_))) => return Err(NotRead::Broken),
+                Ok(Some(Ok(frame))) => frame,
+            };
+            let Ok(data) = frame.into_data() else {
+                continue; // trailers: nothing of the body
+            };
+            len += data.len();
+            if len > limit {
+                return Err(NotRead::TooLarge);
+            }
+            tokio::time::timeout_at(deadline, share.grow(self, len, limit > LARGE))
+                .await
+                .map_err(|_| NotRead::Busy)?;
+            frames.push(data);
+        }
+        let bytes = match frames.len() {
+            1 => frames.pop().expect("one frame"),
+            _ => Bytes::from(frames.concat()),
         };
         Ok(Held {
             bytes,
             _share: share,
         })
     }
+}
 
-    /// Waits for `size` bytes of the budget (and of the large bodies' half, for a large one).
-    async fn reserve(&self, size: usize) -> (OwnedSemaphorePermit, Option<OwnedSemaphorePermit>) {
-        let units = u32::try_from(size.div_ceil(UNIT).max(1)).unwrap_or(u32::MAX);
-        let large = if size > LARGE {
-            Some(acquire(&self.large, units).await)
-        } else {
-            None
-        };
-        (acquire(&self.all, units).await, large)
+/// The part of the budget one body holds: enough for the bytes it has received.
+#[derive(Debug, Default)]
+struct Share {
+    all: Vec<OwnedSemaphorePermit>,
+    large: Vec<OwnedSemaphorePermit>,
+    units: u32,
+    large_units: u32,
+}
+
+impl Share {
+    /// Grows to hold `len` bytes, and as much of the large bodies' half for a `large` one —
+    /// a body that may grow past [`LARGE`] (declared so, or declaring nothing), from its first
+    /// byte, so that the big bodies' first megabytes never take the small ones' half.
+    async fn grow(&mut self, budget: &Budget, len: usize, large: bool) {
+        let units = u32::try_from(len.div_ceil(UNIT).max(1)).unwrap_or(u32::MAX);
+        if large && units > self.large_units {
+            self.large
+                .push(acquire(&budget.large, units - self.large_units).await);
+            self.large_units = units;
+        }
+        if units > self.units {
+            self.all
+                .push(acquire(&budget.all, units - self.units).await);
+            self.units = units;
+        }
     }
 }
 
@@ -141,18 +186,6 @@ async fn acquire(s: &Arc<Semaphore>, units: u32) -> OwnedSemaphorePermit {
 /// The `Content-Length` the peer declared, if it declared one that is a number.
 fn declared(headers: &HeaderMap) -> Option<usize> {
     headers.get(CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
-}
-
-/// Whether axum's read stopped at the length limit (its error says so only through its source).
-fn is_over_limit(e: &axum::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(s) = source {
-        if s.is::<http_body_util::LengthLimitError>() {
-            return true;
-        }
-        source = s.source();
-    }
-    false
 }
 
 #[cfg(test)]
@@ -204,6 +237,39 @@ mod tests {
             again.is_ok(),
             "a share is given back when its request is answered"
         );
+    }
+
+    /// The budget is charged for bytes received: bodies that announce the bound and send a
+    /// byte hold a unit each, so a body that sends its bytes is read at once beside them.
+    #[tokio::test(start_paused = true)]
+    async fn announced_bytes_cost_nothing_until_they_arrive() {
+        let kib = 1024;
+        let b = Budget::new(64 * kib, 128 * kib, Duration::from_secs(10));
+        let mut stalled = Vec::new();
+        for _ in 0..100 {
+            use futures::StreamExt as _;
+            let one_byte =
+                futures::stream::once(async { Ok::<_, std::io::Error>(Bytes::from_static(b"x")) })
+                    .chain(futures::stream::pending());
+            let body = Body::from_stream(one_byte);
+            let b = b.clone();
+            stalled.push(tokio::spawn(async move {
+                b.read(&head(Some(64 * kib)), body).await
+            }));
+        }
+        for _ in 0..10 {
+            tokio::task::yield_now().await; // every stalled body has its byte charged
+        }
+        let real = tokio::time::timeout(
+            Duration::from_millis(1),
+            b.read(&head(Some(20 * kib)), Body::from(vec![0u8; 20 * kib])),
+        )
+        .await
+        .expect("a real body waited behind announced ones");
+        assert_eq!(real.unwrap().bytes.len(), 20 * kib);
+        for s in stalled {
+            s.abort();
+        }
     }
 
     /// A body that never arrives whole is cut at the deadline (and the test ends, red, rather

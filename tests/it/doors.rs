@@ -233,3 +233,105 @@ async fn what_the_head_refuses_is_answered_without_waiting_for_the_body(pool: Pg
     assert!(listed(&pool).await.is_empty());
     drop(child);
 }
+
+/// A peer that announces `len` bytes on `path` and sends one byte every `every` (never, with
+/// `None`, after the first) until the server answers or closes; returns when it has.
+async fn announce(addr: String, path: String, head: String, len: usize, every: Option<Duration>) {
+    let stream = TcpStream::connect(&addr).await.unwrap();
+    let (mut r, mut w) = stream.into_split();
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{head}Content-Length: {len}\r\n\r\n["
+    );
+    let writer = tokio::spawn(async move {
+        w.write_all(request.as_bytes()).await.ok()?;
+        let Some(every) = every else {
+            std::future::pending::<()>().await;
+            return Some(());
+        };
+        for _ in 1..len {
+            tokio::time::sleep(every).await;
+            w.write_all(b" ").await.ok()?;
+        }
+        Some(())
+    });
+    let mut buf = [0u8; 1024];
+    while matches!(r.read(&mut buf).await, Ok(n) if n > 0) {}
+    writer.abort();
+}
+
+/// The budget is charged for bytes received: 70 strangers that announce 1 MiB each (more
+/// than the 64 MiB budget between them) and send one byte, and 70 that trickle real bytes
+/// inside the read timeout, delay neither a signed SendGrid post nor a one-click POST past 1 s.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn announced_bodies_cost_nothing_and_delay_no_signed_post_or_one_click(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 3).await;
+    let (child, addr) = events(&pool, &[ONE_CLICK[1]]).await;
+    let signed = sendgrid_signed("[]", &now_s().to_string())
+        .into_iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect::<String>();
+    let mut peers = Vec::new();
+    for i in 0..140 {
+        let (path, every) = if i % 2 == 0 {
+            ("/events/sendgrid", None)
+        } else {
+            (
+                "/unsubscribe/x.1.AAAAAAAAAAAAAAAAAAAAAA",
+                Some(Duration::from_millis(200)),
+            )
+        };
+        let head = if i % 2 == 0 {
+            signed.clone()
+        } else {
+            String::new()
+        };
+        peers.push(tokio::spawn(announce(
+            addr.clone(),
+            path.into(),
+            head,
+            1 << 20,
+            every,
+        )));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let body = json!([{"event": "bounce", "type": "bounce", "email": "member1@example.com",
+        "sg_event_id": "sg-1", "campaign_id": CAMPAIGN, "member_id": "1"}])
+    .to_string();
+    let t0 = Instant::now();
+    let code = post(
+        &format!("http://{addr}/events/sendgrid"),
+        &sendgrid_signed(&body, &now_s().to_string()),
+        &body,
+    )
+    .await;
+    let signed_took = t0.elapsed();
+    assert_eq!(code, 200);
+    let signer = campaign_sender::unsubscribe::Signer::new(ONE_CLICK[1].1).unwrap();
+    let t0 = Instant::now();
+    let r = reqwest::Client::new()
+        .post(format!(
+            "http://{addr}/unsubscribe/{}",
+            signer.token(CAMPAIGN, 2)
+        ))
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .body("List-Unsubscribe=One-Click")
+        .send()
+        .await
+        .unwrap();
+    let click_took = t0.elapsed();
+    assert_eq!(r.status(), 200);
+    assert!(
+        signed_took < Duration::from_secs(1),
+        "the signed post waited {signed_took:?}"
+    );
+    assert!(
+        click_took < Duration::from_secs(1),
+        "the one-click waited {click_took:?}"
+    );
+    assert_eq!(listed(&pool).await.len(), 2, "both were stored");
+    for p in peers {
+        p.abort();
+    }
+    drop(child);
+}
