@@ -63,17 +63,75 @@ impl RunConfig {
         let signer =
             Signer::new(secret.expose()).map_err(|p| ConfigError::new("UNSUBSCRIBE_SECRET", p))?;
         if let Some(m) = &self.unsubscribe_mailto {
-            if !crate::shown::plausible_email(Some(m)) || m.contains(['<', '>', '?', ',']) {
-                return Err(ConfigError::new(
-                    "UNSUBSCRIBE_MAILTO",
-                    "is not a plain address (the value is not shown)",
-                ));
-            }
+            mailto_problem(m).map_or(Ok(()), |p| Err(ConfigError::new("UNSUBSCRIBE_MAILTO", p)))?;
         }
-        Ok(Some(Links::new(
-            url.as_str(),
-            signer,
-            self.unsubscribe_mailto.clone(),
-        )))
+        let links = Links::new(url.as_str(), signer, self.unsubscribe_mailto.clone());
+        self.header_fits(&links)?;
+        Ok(Some(links))
+    }
+
+    /// The longest `List-Unsubscribe` the ids allow — a campaign id of
+    /// [`crate::campaign_id::MAX_LEN`] characters, the longest member id — is printable ASCII
+    /// and within the vendor's limit ([`Kind::header_value_limit`]), so no mail is refused for
+    /// it after the first has gone.
+    fn header_fits(&self, links: &Links) -> Result<(), ConfigError> {
+        let longest = "c".repeat(crate::campaign_id::MAX_LEN);
+        let header = links.for_member(&longest, i64::MIN).header;
+        if !header.bytes().all(|b| (b' '..=b'~').contains(&b)) {
+            return Err(ConfigError::new(
+                "UNSUBSCRIBE_BASE_URL",
+                "makes a List-Unsubscribe that is not printable ASCII",
+            ));
+        }
+        match self.mail_provider.header_value_limit() {
+            Some(limit) if header.len() > limit => Err(ConfigError::new(
+                "UNSUBSCRIBE_BASE_URL",
+                format!(
+                    "makes a List-Unsubscribe of up to {} characters with the longest ids; MAIL_PROVIDER={} takes {limit} at most: shorten UNSUBSCRIBE_BASE_URL (or UNSUBSCRIBE_MAILTO)",
+                    header.len(),
+                    self.mail_provider.as_str()
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// What is wrong with `UNSUBSCRIBE_MAILTO` for a `mailto:` URI (RFC 6068: an `addr-spec`
+/// whose local part is a dot-atom; ASCII, since a header carries it as it is), if anything.
+/// The problem never quotes the address.
+fn mailto_problem(m: &str) -> Option<&'static str> {
+    if !m.is_ascii() {
+        return Some("is not ASCII: a mailto in a header must be, so give the domain as its A-label (xn--…) and an ASCII mailbox (the value is not shown)");
+    }
+    let domain_ok = m.rsplit_once('@').is_some_and(|(_, d)| {
+        d.split('.')
+            .all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+    });
+    if !crate::shown::plausible_email(Some(m)) || !domain_ok || m.contains(['?', '%', '/']) {
+        return Some("is not a plain address for a mailto: URI (a dot-atom mailbox at a host name; the value is not shown)");
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mailto_problem;
+
+    #[test]
+    fn a_mailto_is_a_plain_ascii_address() {
+        assert_eq!(mailto_problem("unsubscribe@example.com"), None);
+        assert_eq!(mailto_problem("unsub+list@mail.example.com"), None);
+        for bad in [
+            "ünsub@exämple.de",
+            "a\"b;c@example.com",
+            "a@exa_mple.com",
+            "a?subject=x@example.com",
+            "a@example.com?cc=x",
+            "a%20b@example.com",
+            "no-at-sign",
+        ] {
+            assert!(mailto_problem(bad).is_some(), "{bad:?}");
+        }
     }
 }

@@ -32,6 +32,16 @@ impl Kind {
         matches!(self, Kind::Json | Kind::Resend)
     }
 
+    /// The longest header value the vendor takes, where it says (SES v2's `MessageHeader`:
+    /// `Value` of 1 to 870 printable ASCII characters; the others name none short of the
+    /// RFC 5322 line, which they fold).
+    pub fn header_value_limit(self) -> Option<usize> {
+        match self {
+            Kind::Ses => Some(ses::MAX_HEADER_VALUE),
+            _ => None,
+        }
+    }
+
     /// The vendor's public endpoint, when `MAIL_URL` is not set (SES: in `region`).
     pub fn default_base(self, region: Option<&str>) -> Option<String> {
         match self {

@@ -34,6 +34,10 @@ use super::aws::Source;
 use super::profile::{Answer, Body, BuildError, HeaderList, Mail, Outgoing, Profile, Text};
 use crate::outcome::{Attempt, Refusal};
 
+/// The longest value of a header SES v2 sets per message (`Content.Template.Headers[].Value`,
+/// `MessageHeader`: 1 to 870 printable ASCII characters; its API reference).
+pub const MAX_HEADER_VALUE: usize = 870;
+
 pub const PATH: &str = "/v2/email/outbound-emails";
 
 /// The public endpoint of `region`.

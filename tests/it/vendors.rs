@@ -746,3 +746,58 @@ async fn an_answer_of_a_few_kilobytes_is_read_whole(pool: PgPool) {
     assert_eq!(report.stats.failed, 0, "{report:?}");
     assert_eq!(state_of(&pool, 1).await.0, "suppressed");
 }
+
+/// A header SES would refuse is refused at start: with the longest ids (a 128-character
+/// campaign id, a 20-character member id) an 880-character `UNSUBSCRIBE_BASE_URL` makes a
+/// `List-Unsubscribe` over SES's 870, so `run` exits 78 naming it before any mail; a mailto
+/// a header cannot carry as it is is refused too.
+#[sqlx::test]
+async fn a_list_unsubscribe_over_the_vendors_limit_exits_78_before_any_mail(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 5).await;
+    configure_sender(&pool).await;
+    let p = provider(FakeConfig::default()).await;
+    let db = worker_url(&pool).await;
+    let base = base_of(&p);
+    let long_url = format!("https://events.example.com/{}", "p".repeat(880 - 27));
+    assert_eq!(long_url.len(), 880);
+    let env = |vendor: &'static str, url: &'static str| {
+        let mut e: Vec<(&str, String)> = vec![
+            ("CAMPAIGN_ID", CAMPAIGN.into()),
+            ("MAIL_PROVIDER", vendor.into()),
+            ("MAIL_URL", base.clone()),
+            ("MAIL_API_KEY", "k".into()),
+            ("AWS_REGION", "us-east-1".into()),
+            ("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE".into()),
+            ("AWS_SECRET_ACCESS_KEY", "s".into()),
+            ("UNSUBSCRIBE_BASE_URL", long_url.clone()),
+            (ONE_CLICK[1].0, ONE_CLICK[1].1.into()),
+            ("DB_CONNECT_RETRY_S", "2".into()),
+        ];
+        if !url.is_empty() {
+            e.push(("UNSUBSCRIBE_BASE_URL", url.into()));
+            e.push(("UNSUBSCRIBE_MAILTO", "ünsub@exämple.de".into()));
+        }
+        e
+    };
+    for (vendor, url, var) in [
+        ("ses", "", "UNSUBSCRIBE_BASE_URL"),
+        (
+            "sendgrid",
+            "https://events.example.com",
+            "UNSUBSCRIBE_MAILTO",
+        ),
+    ] {
+        let e = env(vendor, url);
+        let e: Vec<(&str, &str)> = e.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let (code, out, err) =
+            finish(spawn_sender(&["run"], &db, &e), Duration::from_secs(60)).await;
+        assert_eq!(
+            code,
+            campaign_sender::exit::Exit::Config as i32,
+            "{vendor}: {out}\n{err}"
+        );
+        assert!(err.contains(var), "{vendor}: {err}");
+        assert!(!err.contains("ünsub"), "{err}");
+    }
+    assert_eq!(p.fake.stats().requests, 0, "no mail left");
+}
