@@ -82,8 +82,11 @@ GRANT USAGE ON SCHEMA public TO campaign_sender_worker, campaign_sender_operator
 GRANT SELECT (campaign_id, member_id, email, state, attempts, opted_out_at, not_before,
               send_after, sent_at, last_status, last_error, unknown_since)
     ON campaign_targets TO campaign_sender_web;
-GRANT SELECT ON campaigns, archived_campaigns, campaign_archive, rate_limits, rate_pods,
+GRANT SELECT ON campaigns, archived_campaigns, rate_limits, rate_pods,
     rate_usage, provider_events, campaign_tallies, _sqlx_migrations TO campaign_sender_web;
+-- Not the archive's addresses: the page shows none.
+GRANT SELECT (campaign_id, member_id, outcome, sent_at, last_status, attempts)
+    ON campaign_archive TO campaign_sender_web;
 GRANT SELECT (email, reason) ON suppressions TO campaign_sender_web;
 
 GRANT SELECT, INSERT ON provider_events TO campaign_sender_events;
@@ -91,6 +94,8 @@ GRANT SELECT, INSERT ON provider_events TO campaign_sender_events;
 GRANT SELECT, INSERT, DELETE, UPDATE (event_id) ON webhook_tokens TO campaign_sender_events;
 GRANT SELECT, INSERT ON suppressions TO campaign_sender_events;
 GRANT SELECT ON campaign_targets TO campaign_sender_events;
+-- A one-click on an archived campaign's mail finds its mailbox there.
+GRANT SELECT (campaign_id, member_id, email) ON campaign_archive TO campaign_sender_events;
 -- opted_out_at: a one-click unsubscribe (`/unsubscribe/{token}`) opts its row out at once.
 GRANT UPDATE (state, lease_until, claim_id, updated_at, started_at, unknown_since,
               provider_message_id, opted_out_at)

@@ -27,6 +27,8 @@
 //! - [`mailbox`]: the sender and reply-to, exactly one RFC 5322 mailbox each;
 //! - [`shown`]: personal data and text from outside: whether a text is plausibly an address,
 //!   and how a value may be shown (never an address, escaped, cut);
+//! - [`fold`]: one mailbox, one spelling: the fold the suppression list compares by (the SQL
+//!   `email_fold()` agrees with it) and the listings of an internationalised domain;
 //! - [`unsubscribe`]: one-click unsubscribe (RFC 8058) with our links: the signed token, the
 //!   headers' values (the senders add them, `events` honours them);
 //! - [`exit`]: exit codes and the one rule from how a run stopped to its code;
@@ -57,7 +59,7 @@
 //! 7. `report`, `mailbox`, `metrics`, `unsubscribe`
 //! 8. `outcome`, `exit`
 //! 9. `store`
-//! 10. `window`, `text_enum`, `campaign_id`, `secret`, `http`, `telemetry`
+//! 10. `window`, `text_enum`, `campaign_id`, `secret`, `http`, `telemetry`, `fold`
 //! 11. `shown`
 //!
 //! The fake provider and the load harnesses are crates of their own (`fake-provider/`,
@@ -68,6 +70,7 @@ pub mod cli;
 pub mod config;
 pub mod events;
 pub mod exit;
+pub mod fold;
 pub mod http;
 pub mod import;
 pub mod mailbox;

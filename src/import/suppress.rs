@@ -26,11 +26,13 @@ const MAX_ADDRESS: usize = 320;
 /// The reason stored when a line gives none.
 pub const NO_REASON: &str = "unspecified";
 
-/// Add the file's addresses to the list, or take them off it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Add the file's addresses to the list, or take their listings for some reasons off it.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Direction {
     Add,
-    Remove,
+    /// The reasons to lift; none: every reason but those kept by default
+    /// ([`crate::store::suppressions::Reason::kept_by_default`]).
+    Remove(Vec<String>),
 }
 
 /// What a `suppress` did.
@@ -38,20 +40,22 @@ pub enum Direction {
 pub struct SuppressReport {
     /// Records read (blank lines and the header not counted).
     pub records: u64,
-    /// Addresses new to the list, listed with another reason (now the file's), and listed
-    /// already as the file has them (not written).
+    /// Listings (address and reason, every form of an internationalised domain counted) new to
+    /// the list, and listed already as the file has them (not written).
     pub added: u64,
-    pub updated: u64,
     pub unchanged: u64,
-    /// `--remove`: addresses taken off the list, and rows back to `pending` because of it.
-    pub removed: u64,
+    /// `--remove`: listings taken off per reason, listings of the file's addresses that stay
+    /// per reason, and rows back to `pending` because their address is listed no more.
+    pub lifted: Vec<(String, i64)>,
+    pub kept: Vec<(String, i64)>,
     pub restored: u64,
     /// Addresses on the list afterwards.
     pub listed: u64,
     pub elapsed_ms: u64,
 }
 
-/// One line's address (lower-cased by the database) and reason, or what is wrong with it.
+/// One line's address (folded by [`crate::fold`], and by the database) and reason, or what is
+/// wrong with it.
 pub fn check_line<'a>(fields: &[&'a str]) -> Result<(&'a str, String), String> {
     let email = fields.first().copied().unwrap_or_default();
     if fields.len() > 2 {
@@ -115,15 +119,15 @@ pub async fn suppress(
         records,
         ..Default::default()
     };
-    match direction {
+    match &direction {
         Direction::Add => {
             let a = sql::add(&mut tx).await?;
-            (report.added, report.updated) = (a.added as u64, a.updated as u64);
-            report.unchanged = (a.distinct - a.added - a.updated) as u64;
+            report.added = a.added as u64;
+            report.unchanged = (a.listings - a.added) as u64;
         }
-        Direction::Remove => {
-            let l = sql::lift(&mut tx).await?;
-            (report.removed, report.restored) = (l.removed, l.restored);
+        Direction::Remove(reasons) => {
+            let l = sql::lift(&mut tx, reasons).await?;
+            (report.lifted, report.kept, report.restored) = (l.lifted, l.kept, l.restored);
         }
     }
     tx.commit().await?;
@@ -165,12 +169,16 @@ fn read(
                 progress.records.fetch_add(1, Ordering::Relaxed);
                 match check_line(&fields) {
                     Ok((email, reason)) => {
-                        chunk.extend_from_slice(line.to_string().as_bytes());
-                        chunk.push(b'\t');
-                        push_copy_text(&mut chunk, email);
-                        chunk.push(b'\t');
-                        push_copy_text(&mut chunk, &reason);
-                        chunk.push(b'\n');
+                        // Every form of the address: an internationalised domain is one
+                        // mailbox in both (crate::fold::listings).
+                        for form in crate::fold::listings(email) {
+                            chunk.extend_from_slice(line.to_string().as_bytes());
+                            chunk.push(b'\t');
+                            push_copy_text(&mut chunk, &form);
+                            chunk.push(b'\t');
+                            push_copy_text(&mut chunk, &reason);
+                            chunk.push(b'\n');
+                        }
                         if chunk.len() >= CHUNK_BYTES {
                             let full = std::mem::replace(
                                 &mut chunk,

@@ -125,14 +125,17 @@ pub async fn move_batch(
             DELETE FROM campaign_targets t
              USING batch b
              WHERE t.campaign_id = $1 AND t.member_id = b.member_id
-            RETURNING t.member_id, t.state, t.opted_out_at, t.sent_at, t.last_status, t.attempts
+            RETURNING t.member_id, t.state, t.opted_out_at, t.sent_at, t.last_status, t.attempts,
+                      t.email
         ),
+        -- The folded address stays: a one-click on an archived mail must find its mailbox.
         kept AS (
             INSERT INTO campaign_archive
-                   (campaign_id, member_id, outcome, sent_at, last_status, attempts)
+                   (campaign_id, member_id, outcome, sent_at, last_status, attempts, email)
             SELECT $1, member_id,
                    CASE WHEN state IN ('pending', 'sending') THEN 'opted_out' ELSE state END,
-                   sent_at, last_status, least(attempts, 32767)::smallint
+                   sent_at, last_status, least(attempts, 32767)::smallint,
+                   nullif(email_fold(email), '')
               FROM moved
             ON CONFLICT (campaign_id, member_id) DO NOTHING
             RETURNING outcome, sent_at

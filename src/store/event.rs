@@ -25,6 +25,7 @@
 
 use chrono::{DateTime, Utc};
 
+use super::suppressions::Reason;
 use crate::text_enum::text_enum;
 
 text_enum! {
@@ -43,16 +44,6 @@ text_enum! {
         Opened = "opened",
         Clicked = "clicked",
         Other = "other",
-    }
-}
-
-text_enum! {
-    /// Why an address goes onto `suppressions` (its `reason` column).
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub enum Reason: "suppression reason" {
-        HardBounce = "hard_bounce",
-        Complaint = "complaint",
-        Unsubscribe = "unsubscribe",
     }
 }
 

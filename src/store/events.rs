@@ -241,15 +241,17 @@ async fn insert_new(
     Ok(rows.into_iter().collect())
 }
 
-/// Invariant: an address is listed once and never lifted by an event; the reason and source
-/// of the first listing stay (`suppress --remove` is the only way off).
+/// Invariant: an event lists its address for its reason, in every form
+/// ([`crate::fold::listings`]); a listing already there (that reason, from any source) keeps
+/// its time and source, and no other reason of the address is touched; an event never lifts
+/// one (`suppress --remove` is the only way off).
 // language=PostgreSQL
 const SUPPRESS: &str = r#"
     INSERT INTO suppressions (email, reason, source)
-    SELECT DISTINCT ON (email_fold(e.email)) email_fold(e.email), e.reason, $1
+    SELECT DISTINCT email_fold(e.email), e.reason, $1
       FROM unnest($2::text[], $3::text[]) AS e(email, reason)
-     WHERE e.email <> ''
-    ON CONFLICT (email) DO NOTHING
+     WHERE email_fold(e.email) <> ''
+    ON CONFLICT (email, reason) DO NOTHING
 "#;
 
 async fn suppress(
@@ -257,10 +259,16 @@ async fn suppress(
     vendor: &str,
     events: &[&Event],
 ) -> Result<u64, sqlx::Error> {
-    let (emails, reasons): (Vec<&str>, Vec<&str>) = events
-        .iter()
-        .filter_map(|e| Some((e.email.as_deref()?, e.what.effect().suppress?.as_str())))
-        .unzip();
+    let (mut emails, mut reasons) = (Vec::new(), Vec::new());
+    for e in events {
+        let (Some(email), Some(reason)) = (e.email.as_deref(), e.what.effect().suppress) else {
+            continue;
+        };
+        for form in crate::fold::listings(email) {
+            emails.push(form);
+            reasons.push(reason.as_str());
+        }
+    }
     if emails.is_empty() {
         return Ok(0);
     }

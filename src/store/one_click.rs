@@ -1,27 +1,44 @@
-//! The statement of a one-click unsubscribe (`POST /unsubscribe/{token}` on `events`,
+//! The statements of a one-click unsubscribe (`POST /unsubscribe/{token}` on `events`,
 //! [`crate::unsubscribe`]): the member of the campaign the token names leaves, at once and for
-//! every campaign.
+//! every campaign — also when that campaign is archived.
 
-use sqlx::PgPool;
+use sqlx::{Connection, PgPool};
 
 /// What one unsubscribe found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unsubscribed {
     /// The row was opted out and its address listed (or had been: a repeat changes nothing).
     Done,
-    /// No row of that campaign and member is in the work table (archived, or never imported).
+    /// The campaign is archived: its row's mailbox, kept by the archive, is listed.
+    Archived,
+    /// No row of that campaign and member, in the work table or the archive (archived before
+    /// the archive kept addresses, or never imported).
     NoSuchRow,
 }
 
+/// The address of the token's row: in the work table, else in the archive (folded there).
+// language=PostgreSQL
+const ADDRESS: &str = r#"
+    SELECT email, false AS archived FROM campaign_targets WHERE campaign_id = $1 AND member_id = $2
+    UNION ALL
+    SELECT email, true FROM campaign_archive
+     WHERE campaign_id = $1 AND member_id = $2
+       AND NOT EXISTS (SELECT 1 FROM campaign_targets WHERE campaign_id = $1 AND member_id = $2)
+"#;
+
 /// In one transaction, committed before the person hears 200:
-/// 1. the row's `opted_out_at` is set (kept if already set): no pod sends to it after its next
-///    pre-send re-check (`OPTOUT_RECHECK_MS`), no claim takes it;
-/// 2. its address is listed in `suppressions` (reason `unsubscribe`, source `one-click`), so no
-///    later campaign mails it; an address already listed keeps its first listing;
+/// 1. the row's `opted_out_at` is set if it was not (a repeat writes nothing): no pod sends to
+///    it after its next pre-send re-check (`OPTOUT_RECHECK_MS`), no claim takes it;
+/// 2. its address is listed in `suppressions` for `unsubscribe` (source `one-click`) in every
+///    form ([`crate::fold::listings`]), beside any other reason it is listed for: no later
+///    campaign mails it, and `suppress --export --reason unsubscribe` tells the member table;
 /// 3. one `provider_events` row (vendor `one-click`, one per campaign and member) counts it in
 ///    the campaign's funnel; a repeat adds none.
 ///
-/// Invariant: a second POST changes nothing; only the row the genuine token names is touched.
+/// An archived campaign's row is gone from the work table, but the archive kept its folded
+/// address: step 2 is done with it (and 3), so a click is honoured for every mail ever sent.
+///
+/// Invariants: a second POST changes nothing; only the row the genuine token names is touched.
 pub async fn unsubscribe(
     pool: &PgPool,
     campaign_id: &str,
@@ -31,31 +48,46 @@ pub async fn unsubscribe(
     const OPT_OUT: &str = r#"
         WITH opted AS (
             UPDATE campaign_targets
-               SET opted_out_at = coalesce(opted_out_at, now())
-             WHERE campaign_id = $1 AND member_id = $2
-            RETURNING email
+               SET opted_out_at = now()
+             WHERE campaign_id = $1 AND member_id = $2 AND opted_out_at IS NULL
         ),
         listed AS (
             INSERT INTO suppressions (email, reason, source)
-            SELECT email_fold(email), 'unsubscribe', 'one-click' FROM opted
-             WHERE email IS NOT NULL AND email <> ''
-            ON CONFLICT (email) DO NOTHING
-        ),
-        counted AS (
-            INSERT INTO provider_events (vendor, event_id, what, campaign_id, member_id)
-            SELECT 'one-click', $1 || ':' || $2::text, 'unsubscribe', $1, $2 FROM opted
-            ON CONFLICT (vendor, event_id) DO NOTHING
+            SELECT DISTINCT email_fold(f), 'unsubscribe', 'one-click' FROM unnest($3::text[]) AS f
+             WHERE email_fold(f) <> ''
+            ON CONFLICT (email, reason) DO NOTHING
         )
-        SELECT count(*) FROM opted
+        INSERT INTO provider_events (vendor, event_id, what, campaign_id, member_id)
+        VALUES ('one-click', $1 || ':' || $2::text, 'unsubscribe', $1, $2)
+        ON CONFLICT (vendor, event_id) DO NOTHING
     "#;
-    let found: i64 = sqlx::query_scalar(OPT_OUT)
+    let mut conn = pool.acquire().await?;
+    let mut tx = conn.begin().await?;
+    let found: Option<(Option<String>, bool)> = sqlx::query_as(ADDRESS)
         .bind(campaign_id)
         .bind(member_id)
-        .fetch_one(pool)
+        .fetch_optional(&mut *tx)
         .await?;
-    Ok(if found > 0 {
-        Unsubscribed::Done
+    let Some((email, archived)) = found else {
+        return Ok(Unsubscribed::NoSuchRow);
+    };
+    if archived && email.is_none() {
+        return Ok(Unsubscribed::NoSuchRow);
+    }
+    let forms = email
+        .as_deref()
+        .map(crate::fold::listings)
+        .unwrap_or_default();
+    sqlx::query(OPT_OUT)
+        .bind(campaign_id)
+        .bind(member_id)
+        .bind(&forms)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(if archived {
+        Unsubscribed::Archived
     } else {
-        Unsubscribed::NoSuchRow
+        Unsubscribed::Done
     })
 }

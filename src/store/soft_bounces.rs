@@ -27,7 +27,8 @@ pub struct SoftBounce<'a> {
 /// newly listed.
 ///
 /// Invariants: a message counts once per address (the primary key); only soft bounces newer
-/// than `window_s` before now count; an address already listed keeps its first reason.
+/// than `window_s` before now count; an address is listed for `soft_bounce` in every form,
+/// beside any other reason it has, and a listing already there is kept as it was.
 pub async fn record(
     tx: &mut PgConnection,
     vendor: &str,
@@ -55,25 +56,45 @@ pub async fn record(
         .bind(&ats)
         .execute(&mut *tx)
         .await?;
+    // Every form of each address (crate::fold::listings), keyed by the address as the vendor
+    // spelled it: the statement folds both sides with email_fold, the one that decides.
+    let (mut keys, mut forms) = (Vec::new(), Vec::new());
+    for b in bounces {
+        for form in crate::fold::listings(b.email) {
+            keys.push(b.email);
+            forms.push(form);
+        }
+    }
     // language=PostgreSQL
     const LIST: &str = r#"
+        WITH due AS (
+            SELECT s.email
+              FROM soft_bounces s
+             WHERE s.email IN (SELECT email_fold(x) FROM unnest($1::text[]) AS x WHERE x <> '')
+               AND s.occurred_at > now() - make_interval(secs => $3)
+             GROUP BY s.email
+            HAVING count(*) >= $2
+        )
         INSERT INTO suppressions (email, reason, source)
-        SELECT s.email, 'soft_bounce', $4
-          FROM soft_bounces s
-         WHERE s.email IN (SELECT email_fold(x) FROM unnest($1::text[]) AS x WHERE x <> '')
-           AND s.occurred_at > now() - make_interval(secs => $3)
-         GROUP BY s.email
-        HAVING count(*) >= $2
-        ON CONFLICT (email) DO NOTHING
+        SELECT DISTINCT email_fold(f.form), 'soft_bounce', $4
+          FROM unnest($5::text[], $6::text[]) AS f(key, form)
+         WHERE email_fold(f.key) IN (SELECT email FROM due) AND email_fold(f.form) <> ''
+        ON CONFLICT (email, reason) DO NOTHING
+        RETURNING email
     "#;
-    let r = sqlx::query(LIST)
+    let listed: Vec<String> = sqlx::query_scalar(LIST)
         .bind(&emails)
         .bind(limit as i64)
         .bind(window_s as f64)
         .bind(vendor)
-        .execute(&mut *tx)
+        .bind(&keys)
+        .bind(&forms)
+        .fetch_all(&mut *tx)
         .await?;
-    Ok(r.rows_affected())
+    // Addresses, not forms: an internationalised one is listed twice but counts once.
+    let primary: std::collections::HashSet<String> =
+        bounces.iter().map(|b| crate::fold::fold(b.email)).collect();
+    Ok(listed.iter().filter(|e| primary.contains(*e)).count() as u64)
 }
 
 /// Forgets soft bounces older than the window: they count no more.

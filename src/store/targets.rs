@@ -455,8 +455,9 @@ impl Store {
     ///   kept); every written row's `started_at` is cleared, since its outcome is now recorded.
     /// - `sent` keeps the vendor's message id (`provider_message_id`), which its events name;
     /// - a row the vendor refused as inactive becomes `suppressed` and, in the same statement,
-    ///   its address is listed in `suppressions` (reason `inactive`; an existing entry and its
-    ///   reason are kept), so no campaign mails it again;
+    ///   its address is listed in `suppressions` for `inactive` (beside any other reason), so
+    ///   no campaign mails it again; the other form of an internationalised domain, which SQL
+    ///   cannot compute, is added by [`super::suppressions::complete_forms`] within the hour;
     /// - a row written `unconfirmed` (an unknown outcome under a vendor without idempotency
     ///   keys) is out of the work set at once: never sent again blindly;
     /// - the rows written `sent` are added to the campaign's tally in the same statement, so
@@ -517,11 +518,11 @@ impl Store {
                 RETURNING r.state, t.email, r.state = 'sent' AND t.opted_out_at IS NOT NULL AS after_optout
             ),
             listed AS (
-                INSERT INTO suppressions (email, reason)
-                SELECT DISTINCT email_fold(email), 'inactive'
+                INSERT INTO suppressions (email, reason, source)
+                SELECT DISTINCT email_fold(email), 'inactive', 'finish'
                   FROM written
-                 WHERE state = 'suppressed' AND email IS NOT NULL AND email <> ''
-                ON CONFLICT (email) DO NOTHING
+                 WHERE state = 'suppressed' AND email_fold(email) <> ''
+                ON CONFLICT (email, reason) DO NOTHING
             ),
             tallied AS (
                 INSERT INTO campaign_tallies AS c (campaign_id, sent)

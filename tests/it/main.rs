@@ -17,6 +17,7 @@ mod events_e2e;
 mod events_race;
 mod events_sns;
 mod exit_codes;
+mod fold;
 mod hostile;
 mod import;
 mod keda;

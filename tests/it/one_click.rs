@@ -201,3 +201,107 @@ async fn a_database_that_does_not_answer_is_503_within_the_bound() {
     assert_eq!(r.status(), 503);
     assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
 }
+
+/// RFC 8058 and Gmail's 48 hours do not end with our retention: a one-click on the mail of a
+/// campaign archived since is answered 200 after the archive's folded address is listed (as
+/// `events` runs, with its own role's grants), and no later campaign mails that mailbox.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_one_click_on_an_archived_campaigns_mail_is_honoured(pool: PgPool) {
+    use campaign_sender::store::archive;
+    sqlx::query(
+        "INSERT INTO campaign_targets (campaign_id, member_id, email, state, sent_at)
+         SELECT $1, g, 'Member' || g || '@Example.com', 'sent', now() FROM generate_series(1, 3) g",
+    )
+    .bind(CAMPAIGN)
+    .execute(&pool)
+    .await
+    .unwrap();
+    archive::begin(&pool, CAMPAIGN).await.unwrap();
+    archive::move_all(&pool, CAMPAIGN, archive::LockRetry::ARCHIVE)
+        .await
+        .unwrap();
+    archive::complete(&pool, CAMPAIGN).await.unwrap();
+    let role = PgPool::connect(&role_url(&pool, "campaign_sender_events").await)
+        .await
+        .unwrap();
+    let base = serve_events(role, listeners(false)).await;
+    let url = format!("{base}/unsubscribe/{}", signer().token(CAMPAIGN, 2));
+    let r = send(
+        reqwest::Method::POST,
+        &url,
+        Some(FORM),
+        "List-Unsubscribe=One-Click",
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    let listed: Vec<(String, String)> = sqlx::query_as("SELECT email, reason FROM suppressions")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        listed,
+        [("member2@example.com".into(), "unsubscribe".into())]
+    );
+    seed(&pool, "next-campaign", 3).await;
+    let next = campaign_sender::store::Store::new(pool.clone(), "next-campaign");
+    let batch = next.claim(10, Duration::from_secs(30)).await.unwrap();
+    let claimed: Vec<i64> = batch.rows.iter().map(|r| r.member_id).collect();
+    assert_eq!(claimed, [1, 3], "a later campaign mailed who left");
+    // A token of a campaign nobody has is still 404, nothing stored.
+    let stranger = format!("{base}/unsubscribe/{}", signer().token("never-sent", 2));
+    let r = send(
+        reqwest::Method::POST,
+        &stranger,
+        Some(FORM),
+        "List-Unsubscribe=One-Click",
+    )
+    .await;
+    assert_eq!(r.status(), 404);
+}
+
+/// Every answer of `/unsubscribe` carries the page's security headers — the router's 405,
+/// the body's 413 (over one-click's own small bound) and 400 — and a multipart body whose
+/// `List-Unsubscribe` words sit in a part named otherwise unsubscribes nobody.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn every_answer_carries_the_page_headers_and_only_the_named_part_counts(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 1).await;
+    let base = serve_events(pool.clone(), listeners(false)).await;
+    let url = format!("{base}/unsubscribe/{}", signer().token(CAMPAIGN, 1));
+    let smuggled = "--b\r\nContent-Disposition: form-data; name=\"x\"\r\n\r\nname=\"List-Unsubscribe\"\r\n\r\nOne-Click\r\n--b--\r\n";
+    let big = "List-Unsubscribe=One-Click&".repeat(1000);
+    for (method, kind, body, status) in [
+        (
+            reqwest::Method::PUT,
+            Some(FORM),
+            "List-Unsubscribe=One-Click",
+            405,
+        ),
+        (reqwest::Method::POST, Some(FORM), big.as_str(), 413),
+        (
+            reqwest::Method::POST,
+            Some(FORM),
+            "List-Unsubscribe=Two-Clicks",
+            400,
+        ),
+        (
+            reqwest::Method::POST,
+            Some("multipart/form-data; boundary=b"),
+            smuggled,
+            400,
+        ),
+    ] {
+        let r = send(method.clone(), &url, kind, body).await;
+        assert_eq!(r.status(), status, "{method} {status}");
+        let csp = r.headers().get("content-security-policy");
+        assert!(
+            csp.is_some_and(|v| v.to_str().unwrap().contains("default-src 'none'")),
+            "{method} {status}"
+        );
+        assert_eq!(r.headers()["x-frame-options"], "DENY", "{method} {status}");
+    }
+    assert_eq!(
+        left(&pool, 1).await,
+        (false, None, 0),
+        "nobody unsubscribed"
+    );
+}

@@ -24,21 +24,21 @@ async fn suppress(pool: &PgPool, lines: &[&str], extra: &[&str]) -> (i32, String
 }
 
 async fn listed(pool: &PgPool) -> Vec<(String, String)> {
-    sqlx::query_as("SELECT email, reason FROM suppressions ORDER BY email")
+    sqlx::query_as("SELECT email, reason FROM suppressions ORDER BY email, reason")
         .fetch_all(pool)
         .await
         .unwrap()
 }
 
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
-async fn a_bad_line_changes_nothing_and_a_good_file_lists_each_address_once_in_lower_case(
+async fn a_bad_line_changes_nothing_and_a_good_file_lists_each_address_and_reason_once_folded(
     pool: PgPool,
 ) {
     let good = [
         "email,reason",
         "Member1@Example.com,hard_bounce",
         "member2@example.com,complaint",
-        "member1@example.COM,unsubscribe", // the same address: the last line wins
+        "member1@example.COM,unsubscribe", // the same address: listed for both reasons
         "",
         "member3@example.com",
     ];
@@ -59,12 +59,13 @@ async fn a_bad_line_changes_nothing_and_a_good_file_lists_each_address_once_in_l
     let (code, out, err) = suppress(&pool, &good, &[]).await;
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.contains("3 addresses added, 0 with a new reason, 0 already listed"),
+        out.contains("4 listings added, 0 already listed as they were; 3 addresses listed"),
         "{out}"
     );
     assert_eq!(
         listed(&pool).await,
         [
+            ("member1@example.com".into(), "hard_bounce".into()),
             ("member1@example.com".into(), "unsubscribe".into()),
             ("member2@example.com".into(), "complaint".into()),
             ("member3@example.com".into(), "unspecified".into()),
@@ -77,9 +78,7 @@ async fn a_bad_line_changes_nothing_and_a_good_file_lists_each_address_once_in_l
     let (code, out, err) = suppress(&pool, &again, &[]).await;
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.contains(
-            "0 addresses added, 1 with a new reason, 1 already listed as they were; 3 listed"
-        ),
+        out.contains("1 listings added, 1 already listed as they were; 3 addresses listed"),
         "{out}"
     );
 }
@@ -124,7 +123,7 @@ async fn a_listed_address_is_never_sent_to_in_any_campaign_and_remove_lifts_it(p
     let (code, out, err) = suppress(&pool, &["member3@EXAMPLE.com"], &["--remove"]).await;
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.contains("1 addresses removed, 2 suppressed rows back to pending"),
+        out.contains("lifted 1 hard_bounce; kept none; 2 suppressed rows back to pending"),
         "{out}"
     );
     run_to_end(&pool, config(&p.url)).await;
@@ -328,4 +327,187 @@ async fn the_list_is_exported_with_its_reasons_and_filters(pool: PgPool) {
     assert_eq!(code, 0, "{err}");
     assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 4);
     let _ = std::fs::remove_file(&path);
+}
+
+/// `suppress --export` and `suppress --remove` as the operator, with `args`.
+async fn suppress_cli(pool: &PgPool, args: &[&str]) -> (i32, String, String) {
+    let mut all = vec!["suppress"];
+    all.extend_from_slice(args);
+    finish(
+        spawn_sender(&all, &operator_url(pool).await, &[]),
+        Duration::from_secs(30),
+    )
+    .await
+}
+
+async fn reasons_of(pool: &PgPool, email: &str) -> Vec<String> {
+    sqlx::query_scalar("SELECT reason FROM suppressions WHERE email = $1 ORDER BY reason")
+        .bind(email)
+        .fetch_all(pool)
+        .await
+        .unwrap()
+}
+
+/// An unsubscribe is never lost under an older listing, nor freed by a bounce list's removal:
+/// a one-click on an address listed as a hard bounce adds its reason, a bounce list imported
+/// after it adds one more, the export by `unsubscribe` lists it, and `--remove` of the bounce
+/// list lifts only the bounce (the member is still not mailed) until the unsubscribe is named.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn an_unsubscribe_is_never_lost_under_a_bounce_nor_freed_by_its_removal(pool: PgPool) {
+    use campaign_sender::store::one_click::{unsubscribe, Unsubscribed};
+    seed(&pool, "earlier", 3).await;
+    seed(&pool, CAMPAIGN, 3).await;
+    let ann = "member1@example.com";
+    let bo = "member2@example.com";
+    let (code, _, err) = suppress(&pool, &[&format!("{ann},hard_bounce")], &[]).await;
+    assert_eq!(code, 0, "{err}");
+    // ann: listed as a bounce, then clicks; bo: clicks, then a bounce list names him.
+    for member in [1, 2] {
+        assert_eq!(
+            unsubscribe(&pool, "earlier", member).await.unwrap(),
+            Unsubscribed::Done
+        );
+    }
+    let (code, _, err) = suppress(&pool, &[&format!("{bo},hard_bounce")], &[]).await;
+    assert_eq!(code, 0, "{err}");
+    for who in [ann, bo] {
+        assert_eq!(
+            reasons_of(&pool, who).await,
+            ["hard_bounce", "unsubscribe"],
+            "{who}"
+        );
+    }
+    let (code, out, _) = suppress_cli(&pool, &["--export", "-", "--reason", "UNSUBSCRIBE"]).await;
+    assert_eq!(code, 0);
+    let exported: Vec<&str> = out
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').next().unwrap())
+        .collect();
+    assert_eq!(
+        exported,
+        [ann, bo],
+        "the system of record hears of both: {out}"
+    );
+
+    let (code, out, err) = suppress(&pool, &[ann, bo], &["--remove"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("lifted 2 hard_bounce; kept 2 unsubscribe"),
+        "{out}"
+    );
+    assert!(
+        out.contains("--reason unsubscribe"),
+        "says how to lift the rest: {out}"
+    );
+    let p = slow_provider(0).await;
+    let report = run_to_end(&pool, config(&p.url)).await;
+    assert_eq!(report.stats.sent, 1, "only member 3 is mailed");
+    assert!(p.fake.deliveries().iter().all(|d| d.member_id == 3));
+
+    let (code, out, err) = suppress(&pool, &[ann], &["--remove", "--reason", "unsubscribe"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("lifted 1 unsubscribe; kept none; 1 suppressed rows back"),
+        "{out}"
+    );
+    assert!(reasons_of(&pool, ann).await.is_empty());
+    assert_eq!(reasons_of(&pool, bo).await, ["unsubscribe"]);
+}
+
+/// A repeated one-click changes nothing: no row of the work table, the list or the events is
+/// written again (17 000 repeats once meant 17 000 updates).
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_repeated_one_click_writes_nothing(pool: PgPool) {
+    use campaign_sender::store::one_click::unsubscribe;
+    seed(&pool, CAMPAIGN, 1).await;
+    unsubscribe(&pool, CAMPAIGN, 1).await.unwrap();
+    let versions = || async {
+        sqlx::query_as::<_, (String, String, String)>(
+            "SELECT (SELECT xmin::text FROM campaign_targets),
+                    (SELECT string_agg(xmin::text, ',') FROM suppressions),
+                    (SELECT string_agg(xmin::text, ',') FROM provider_events)",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    let before = versions().await;
+    for _ in 0..3 {
+        unsubscribe(&pool, CAMPAIGN, 1).await.unwrap();
+    }
+    assert_eq!(versions().await, before);
+}
+
+/// The export is personal data: created 0600, never over an existing file nor through a
+/// symbolic link (`--force` replaces a regular file, never a link); by default no cell begins
+/// with a formula character (`--raw` writes the bytes); an unknown reason is refused.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn the_export_is_private_exclusive_and_inert_unless_raw(pool: PgPool) {
+    use std::os::unix::fs::PermissionsExt as _;
+    sqlx::query(
+        "INSERT INTO suppressions (email, reason, source) VALUES
+           ('=1+1@x.example', 'unsubscribe', 'suppress'),
+           ('+x@y.example', 'complaint', 'suppress'),
+           ('ann@example.com', 'hard_bounce', '@vendor')",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let path = temp_path("who-left.csv");
+    let file = path.to_str().unwrap();
+    // umask 022 is the usual one; the file is 0600 all the same.
+    let (code, _, err) = suppress_cli(&pool, &["--export", file]).await;
+    assert_eq!(code, 0, "{err}");
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let text = std::fs::read_to_string(&path).unwrap();
+    for line in text.lines().skip(1) {
+        for cell in line.split(',') {
+            assert!(
+                !cell.starts_with(['=', '+', '-', '@', '\t', '\r']),
+                "{line}"
+            );
+        }
+    }
+    let (code, _, err) = suppress_cli(&pool, &["--export", file]).await;
+    assert_eq!(
+        code,
+        campaign_sender::exit::Exit::Incomplete as i32,
+        "{err}"
+    );
+    assert!(err.contains("exists"), "{err}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), text, "untouched");
+    let (code, _, err) = suppress_cli(&pool, &["--export", file, "--force", "--raw"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(std::fs::read_to_string(&path)
+        .unwrap()
+        .contains("\n=1+1@x.example,"));
+
+    let target = path.with_file_name("someone-elses.txt");
+    std::fs::write(&target, "keep me").unwrap();
+    let link = path.with_file_name("link.csv");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    for extra in [&[][..], &["--force"][..]] {
+        let mut args = vec!["--export", link.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let (code, _, err) = suppress_cli(&pool, &args).await;
+        assert_eq!(
+            code,
+            campaign_sender::exit::Exit::Incomplete as i32,
+            "{extra:?}: {err}"
+        );
+        assert!(err.contains("symbolic link"), "{err}");
+    }
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep me");
+
+    for bad in ["unsubscrbe", ""] {
+        let (code, out, err) = suppress_cli(&pool, &["--export", "-", "--reason", bad]).await;
+        assert_eq!(
+            code,
+            campaign_sender::exit::Exit::Usage as i32,
+            "{bad:?}: {out}{err}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(path.parent().unwrap());
 }

@@ -36,6 +36,17 @@ impl Migrate {
             .into());
         }
         info!("the roles of docs/roles.sql are granted");
+        // What SQL cannot do: the other form of every internationalised address listed.
+        match crate::store::suppressions::complete_forms(&pool).await {
+            Ok(added) => info!(
+                added,
+                "every internationalised address is listed in both forms"
+            ),
+            Err(e) => {
+                error!(error = %connect::error_text(&e), "listing the other form of internationalised addresses failed; run migrate again");
+                return Err(Exit::Incomplete.into());
+            }
+        }
         Ok(())
     }
 }
