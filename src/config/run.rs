@@ -204,13 +204,15 @@ pub struct RunConfig {
     #[serde(default)]
     pub job_completion_index: Option<u32>,
     /// `JOB_UID` (default unset; the manifests set it from the pod's
-    /// `batch.kubernetes.io/controller-uid` label): the Job object this pod belongs to. With it,
-    /// `DEADLINE_S` counts from that Job's start, shared by all its pods and their restarts, so a
-    /// restarted pod gets no new time budget, and a new Job of the same name gets a whole one.
+    /// `batch.kubernetes.io/controller-uid` label): the Job object this pod belongs to, in any
+    /// spelling of a UUID ([`RunConfig::job`]). With it, `DEADLINE_S` counts from that Job's
+    /// start for this campaign, shared by all its pods and their restarts, so a restarted pod
+    /// gets no new time budget, and a new Job of the same name (or this Job sending another
+    /// campaign) gets a whole one.
     #[serde(default)]
     pub job_uid: Option<String>,
     /// `JOB_NAME` (default unset; the manifests set it from the pod's `job-name` label): the Job's
-    /// name, for logs and the budget's row; the budget is keyed by `JOB_UID`.
+    /// name, for logs and the budget's row; the budget is keyed by `JOB_UID` and the campaign.
     #[serde(default)]
     pub job_name: Option<String>,
     /// `HOSTNAME` (set by Kubernetes to the pod name).
@@ -370,6 +372,23 @@ impl RunConfig {
 
     /// The names this process goes by: `WORKER_ID`, or the fallback it takes from `HOSTNAME`
     /// (held to the same alphabet: it goes into headers, logs and metric labels), and the Job's.
+    /// `JOB_UID` as a UUID, whatever its spelling (braces, capitals, no hyphens, `urn:uuid:`
+    /// all name one Job); `None` when unset.
+    pub fn job(&self) -> Result<Option<uuid::Uuid>, ConfigError> {
+        self.job_uid
+            .as_deref()
+            .map(|uid| {
+                uuid::Uuid::try_parse(uid.trim()).map_err(|_| {
+                    ConfigError::new(
+                        "JOB_UID",
+                        "is not a Job's UID (a UUID); set it from the pod's \
+                         batch.kubernetes.io/controller-uid label, or unset it",
+                    )
+                })
+            })
+            .transpose()
+    }
+
     fn validate_names(&self) -> Result<(), ConfigError> {
         let id = match (&self.worker_id, self.job_completion_index, &self.hostname) {
             (Some(id), _, _) => Some(("WORKER_ID", id)),
@@ -379,15 +398,7 @@ impl RunConfig {
         if let Some((var, id)) = id {
             worker_id_problem(id).map_or(Ok(()), |p| Err(ConfigError::new(var, p)))?;
         }
-        if let Some(uid) = &self.job_uid {
-            uuid::Uuid::try_parse(uid).map_err(|_| {
-                ConfigError::new(
-                    "JOB_UID",
-                    "is not a Job's UID (a UUID); set it from the pod's \
-                     batch.kubernetes.io/controller-uid label, or unset it",
-                )
-            })?;
-        }
+        self.job()?;
         if let Some(name) = &self.job_name {
             worker_id_problem(name).map_or(Ok(()), |p| Err(ConfigError::new("JOB_NAME", p)))?;
         }

@@ -274,4 +274,18 @@ fn a_job_uid_is_a_uuid() {
     let uid = "6b4f0e0c-3f3e-4bd7-9a58-2f1f3c0a9d11";
     let c = RunConfig::from_vars(vars(&[("JOB_UID", uid)])).unwrap();
     assert_eq!(c.job_uid.as_deref(), Some(uid));
+    // Every spelling of one UID is one Job.
+    for spelling in [
+        format!("{{{}}}", uid.to_uppercase()),
+        format!("urn:uuid:{uid}"),
+        uid.replace('-', ""),
+    ] {
+        let c = RunConfig::from_vars(vars(&[("JOB_UID", &spelling)])).unwrap();
+        assert_eq!(
+            c.job().unwrap(),
+            Some(uuid::Uuid::parse_str(uid).unwrap()),
+            "{spelling}"
+        );
+    }
+    assert!(RunConfig::from_vars(vars(&[("JOB_UID", "job-1")])).is_err());
 }

@@ -24,19 +24,24 @@ pub fn text_of(v: Option<&serde_json::Value>) -> Option<String> {
 }
 
 /// A vendor's time of an event: seconds since the epoch (a number, or a string of one), or an
-/// RFC 3339 text.
+/// RFC 3339 text. A time before the epoch is the epoch — long ago, so it counts in no window —
+/// never "unknown", which would count as now.
 pub fn time_of(v: Option<&serde_json::Value>) -> Option<DateTime<Utc>> {
     let secs = match v? {
         serde_json::Value::Number(n) => n.as_f64()?,
         serde_json::Value::String(s) => match s.parse::<f64>() {
             Ok(x) => x,
-            Err(_) => return DateTime::parse_from_rfc3339(s).ok().map(|t| t.to_utc()),
+            Err(_) => {
+                let t = DateTime::parse_from_rfc3339(s).ok()?.to_utc();
+                return Some(t.max(DateTime::UNIX_EPOCH));
+            }
         },
         _ => return None,
     };
-    if !secs.is_finite() || secs < 0.0 {
+    if !secs.is_finite() {
         return None;
     }
+    let secs = secs.max(0.0);
     DateTime::from_timestamp(secs.trunc() as i64, (secs.fract() * 1e9) as u32)
 }
 
@@ -76,7 +81,12 @@ mod tests {
             Some(t + chrono::Duration::milliseconds(500))
         );
         assert_eq!(time_of(Some(&json!("yesterday"))), None);
-        assert_eq!(time_of(Some(&json!(-1))), None);
+        assert_eq!(time_of(Some(&json!(-1))), Some(DateTime::UNIX_EPOCH));
+        assert_eq!(time_of(Some(&json!("-5"))), Some(DateTime::UNIX_EPOCH));
+        assert_eq!(
+            time_of(Some(&json!("1969-12-31T23:59:59Z"))),
+            Some(DateTime::UNIX_EPOCH)
+        );
     }
 
     #[test]

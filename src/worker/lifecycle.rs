@@ -103,10 +103,12 @@ impl Worker {
         let Some(budget) = self.cfg.deadline() else {
             return Ok(None);
         };
-        let spent = match &self.cfg.job_uid {
+        // Validated at start: an unparsable JOB_UID never reaches a run.
+        let spent = match self.cfg.job().ok().flatten() {
             Some(uid) => {
                 let job = budgets::Job {
                     uid,
+                    campaign_id: &self.cfg.campaign_id,
                     name: self.cfg.job_name.as_deref(),
                 };
                 self.retrying("reading the Job's time budget", || {

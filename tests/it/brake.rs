@@ -258,6 +258,22 @@ async fn soft_bounces_suppress_at_the_third_within_the_window_and_age_out(pool: 
         "a block of the sender listed the address"
     );
 
+    // A time before the epoch is long ago, never now: three of them list nobody.
+    let early = "early@example.com";
+    let negative: Vec<Value> = (1..=3)
+        .map(|i| {
+            let mut e = blocked(&format!("n-{i}"), early, &format!("e{i}"), "4.2.2", 0);
+            e["timestamp"] = json!(-i * 1000);
+            e
+        })
+        .collect();
+    assert_eq!(sendgrid(&url, Value::Array(negative)).await, 200);
+    assert_eq!(
+        listed_for(&pool, early).await,
+        None,
+        "a time before 1970 counted as now"
+    );
+
     // Pruned past the window: only the two recent ones of `spread` and the three of `full`.
     campaign_sender::store::soft_bounces::prune(&pool, 7 * 86_400)
         .await

@@ -343,23 +343,46 @@ async fn a_restarted_pod_does_not_start_a_new_time_budget(pool: PgPool) {
     let mut cfg = config(&p.url);
     cfg.deadline_s = 60;
     cfg.job_name = Some("campaign-sender".into());
-    cfg.job_uid = Some(FIRST.into());
     sqlx::query(
-        "INSERT INTO job_budgets (job_uid, job_name, started_at) \
-         VALUES ($1, 'campaign-sender', now() - interval '61 seconds')",
+        "INSERT INTO job_budgets (job_uid, campaign_id, job_name, started_at) \
+         VALUES ($1, $2, 'campaign-sender', now() - interval '61 seconds')",
     )
     .bind(FIRST)
+    .bind(CAMPAIGN)
     .execute(&pool)
     .await
     .unwrap();
-    let restarted = run_to_end(&pool, cfg.clone()).await;
-    assert_eq!(restarted.reason, StopReason::Deadline, "{restarted:?}");
-    assert_eq!(restarted.exit_code, exit::Exit::Done, "{restarted:?}");
+    // One Job, one budget, whatever the spelling of its UID.
+    let simple = FIRST.replace('-', "");
+    for spelling in [
+        FIRST.to_string(),
+        format!("{{{}}}", FIRST.to_uppercase()),
+        format!("urn:uuid:{FIRST}"),
+        simple,
+    ] {
+        cfg.job_uid = Some(spelling.clone());
+        let restarted = run_to_end(&pool, cfg.clone()).await;
+        assert_eq!(
+            restarted.reason,
+            StopReason::Deadline,
+            "{spelling}: {restarted:?}"
+        );
+        assert_eq!(restarted.exit_code, exit::Exit::Done, "{restarted:?}");
+    }
     assert_eq!(
         p.fake.stats().requests,
         0,
         "a restarted pod started a new budget"
     );
+
+    // The same Job sending another campaign has a budget of its own.
+    seed(&pool, "other-campaign", 5).await;
+    let mut other = cfg.clone();
+    other.campaign_id = "other-campaign".into();
+    other.job_uid = Some(FIRST.into());
+    let sent = run_to_end(&pool, other).await;
+    assert_eq!(sent.reason, StopReason::Done, "{sent:?}");
+    assert_eq!(sent.stats.sent, 5);
 
     // The next Job, of the same name, has a budget of its own, started by its first pod.
     cfg.job_uid = Some("0b0e6a4c-8a8e-4f57-9f0c-3c4f1b6c0002".into());
@@ -370,7 +393,10 @@ async fn a_restarted_pod_does_not_start_a_new_time_budget(pool: PgPool) {
         .fetch_one(&pool)
         .await
         .unwrap();
-    assert_eq!(budgets, 2);
+    assert_eq!(
+        budgets, 3,
+        "this Job's for two campaigns, and the next Job's"
+    );
 }
 
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
