@@ -16,6 +16,10 @@ use metrics::{counter, gauge, histogram};
 /// `campaign="unknown"`, `unmatched` for those naming none and `malformed` for those that could
 /// not be stored (the label set stays bounded whatever a vendor echoes).
 pub const EVENTS_TOTAL: &str = "campaign_sender_events_total";
+/// Refusals the vendors reported (bounces and blocks, new ones only), by the recipient's
+/// mailbox `provider` (google, microsoft, yahoo, apple, other) and the `cause` it was read as
+/// (`events::cause`: no_mailbox … authentication, reputation … unknown) — 50 series at most.
+pub const REFUSALS_TOTAL: &str = "campaign_sender_refusals_total";
 /// Webhook requests refused before anything was stored, by `vendor` and `reason` (unsigned,
 /// bad_signature, stale, replayed, foreign, cert_unavailable).
 pub const EVENTS_REFUSED_TOTAL: &str = "campaign_sender_events_refused_total";
@@ -120,6 +124,7 @@ pub const ALL: &[&str] = &[
     EVENTS_UNAVAILABLE_TOTAL,
     BRAKES_TOTAL,
     SOFT_BOUNCE_SUPPRESSIONS_TOTAL,
+    REFUSALS_TOTAL,
 ];
 
 /// Serves `/metrics` on `addr` (every path answers with the exposition). Must run inside the

@@ -9,6 +9,7 @@ use hmac::{Hmac, Mac};
 use serde_json::Value;
 use sha2::Sha256;
 
+use super::cause::{self, Hint};
 use super::event::{mailbox_status, member_of, text_of, time_of};
 use super::{BadBody, Refused};
 use super::{Event, What};
@@ -87,7 +88,21 @@ fn one(e: &Value) -> Result<Event, BadBody> {
         .and_then(Value::as_str)
         .ok_or(BadBody)?
         .to_string();
-    let what = match e.get("event").and_then(Value::as_str).unwrap_or_default() {
+    let kind = e.get("event").and_then(Value::as_str).unwrap_or_default();
+    let reason = e.get("reason").and_then(Value::as_str).unwrap_or_default();
+    let refusal = (kind == "failed").then(|| {
+        let status = e.get("delivery-status");
+        let words = |k: &str| status.and_then(|s| s.get(k)).and_then(Value::as_str);
+        let code = words("enhanced-code");
+        let text = [words("message"), words("description")]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join(" ");
+        let email = e.get("recipient").and_then(Value::as_str);
+        cause::read(email, code, Some(&text), Hint::Mailgun(reason))
+    });
+    let what = match kind {
         "accepted" => What::Accepted,
         "delivered" => What::Delivered,
         "failed" => match (
@@ -102,7 +117,7 @@ fn one(e: &Value) -> Result<Event, BadBody> {
             // message, the recipient's when the last answer was about the mailbox.
             (Some("permanent"), Some("old")) if recipients_mailbox(e) => What::SoftBounce,
             (Some("permanent"), Some("old")) => What::Deferred,
-            (Some("permanent"), _) => What::HardBounce,
+            (Some("permanent"), _) => cause::permanent(refusal.as_ref().ok_or(BadBody)?),
             // A temporary failure: Mailgun retries the message (each retry is one of these).
             _ => What::Deferred,
         },
@@ -122,6 +137,7 @@ fn one(e: &Value) -> Result<Event, BadBody> {
         message_id: text_of(e.pointer("/message/headers/message-id")),
         email: text_of(e.get("recipient")),
         occurred_at: time_of(e.get("timestamp")),
+        refusal,
     })
 }
 

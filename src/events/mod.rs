@@ -9,12 +9,15 @@
 //!   the subscription handshake); each is a [`webhook::Webhook`] to the server, which is built
 //!   from the list of those configured (`EventsConfig::listeners`): a vendor is its file and one
 //!   entry there;
+//! - [`cause`]: whose fault a refusal is — the one table every vendor's parser reads a bounce
+//!   or a block by (the recipient's, the sender's, unknown);
 //! - [`one_click`]: `/unsubscribe/{token}`, one-click unsubscribe (RFC 8058) with our links;
 //! - [`server`]: the HTTP server (`POST /events/{vendor}`, `GET /healthz`), its bounds and its
 //!   answers: 2xx only after the commit, 401/403 for a request that does not authenticate
 //!   (nothing stored, no body logged), 413 over the size bound, 503 when the database does not
 //!   answer in time (the vendor retries), 404 for a vendor not configured.
 
+pub mod cause;
 pub mod event;
 pub mod mailgun;
 pub mod one_click;
@@ -70,6 +73,8 @@ pub fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name)?.to_str().ok()
 }
 
+#[cfg(test)]
+mod cause_tests;
 #[cfg(test)]
 mod soft_bounce_tests;
 #[cfg(test)]

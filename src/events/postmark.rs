@@ -9,6 +9,7 @@ use base64::Engine as _;
 use serde_json::Value;
 use subtle::ConstantTimeEq as _;
 
+use super::cause::{self, Hint};
 use super::event::{member_of, text_of, time_of};
 use super::{header, BadBody, Refused};
 use super::{Event, What};
@@ -62,10 +63,21 @@ pub fn parse(body: &[u8]) -> Result<Vec<Event>, BadBody> {
     let e: Value = serde_json::from_slice(body).map_err(|_| BadBody)?;
     let record = e.get("RecordType").and_then(Value::as_str).ok_or(BadBody)?;
     let bounce_type = e.get("Type").and_then(Value::as_str).unwrap_or_default();
+    let words = e
+        .get("Details")
+        .or_else(|| e.get("Description"))
+        .and_then(Value::as_str);
+    let email = text_of(e.get("Email").or_else(|| e.get("Recipient")));
+    let refusal = (record == "Bounce")
+        .then(|| cause::read(email.as_deref(), None, words, Hint::Postmark(bounce_type)));
     let what = match record {
         "Delivery" => What::Delivered,
         "Bounce" => match bounce_type {
-            "HardBounce" | "BadEmailAddress" | "ManuallyDeactivated" => What::HardBounce,
+            // Whose fault, read from the server's words: the sender's refuses nobody.
+            "HardBounce" | "BadEmailAddress" | "DMARCPolicy" => {
+                cause::permanent(refusal.as_ref().ok_or(BadBody)?)
+            }
+            "ManuallyDeactivated" => What::HardBounce,
             "SpamComplaint" => What::Complaint,
             "Unsubscribe" => What::Unsubscribe,
             // "Unable to temporarily deliver": a full or unavailable mailbox, after Postmark's
@@ -106,9 +118,10 @@ pub fn parse(body: &[u8]) -> Result<Vec<Event>, BadBody> {
         campaign_id: text_of(meta.and_then(|m| m.get("campaign_id"))),
         member_id: member_of(meta.and_then(|m| m.get("member_id"))),
         message_id: message,
-        email: text_of(e.get("Email").or_else(|| e.get("Recipient"))),
+        email,
         occurred_at: ["BouncedAt", "DeliveredAt", "ReceivedAt", "ChangedAt"]
             .iter()
             .find_map(|k| time_of(e.get(*k))),
+        refusal,
     }])
 }

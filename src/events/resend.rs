@@ -10,6 +10,7 @@ use hmac::{Hmac, Mac};
 use serde_json::Value;
 use sha2::Sha256;
 
+use super::cause::{self, Hint};
 use super::event::{member_of, text_of, time_of};
 use super::{header, BadBody, Refused};
 use super::{Event, What};
@@ -79,7 +80,18 @@ impl Resend {
 pub fn parse(body: &[u8], id: String) -> Result<Vec<Event>, BadBody> {
     let e: Value = serde_json::from_slice(body).map_err(|_| BadBody)?;
     let data = e.get("data").ok_or(BadBody)?;
-    let what = match e.get("type").and_then(Value::as_str).unwrap_or_default() {
+    let kind = e.get("type").and_then(Value::as_str).unwrap_or_default();
+    // Resend keeps SES's words and no status: whose fault, read from its message.
+    let refusal = (kind == "email.bounced").then(|| {
+        let bounce = |k: &str| {
+            data.pointer(&format!("/bounce/{k}"))
+                .and_then(Value::as_str)
+        };
+        let to = text_of(data.get("to"));
+        let hint = bounce("subType").map_or(Hint::None, Hint::Ses);
+        cause::read(to.as_deref(), None, bounce("message"), hint)
+    });
+    let what = match kind {
         "email.sent" => What::Accepted,
         "email.delivered" => What::Delivered,
         "email.delivery_delayed" => What::Deferred,
@@ -87,7 +99,7 @@ pub fn parse(body: &[u8], id: String) -> Result<Vec<Event>, BadBody> {
             data.pointer("/bounce/type").and_then(Value::as_str),
             data.pointer("/bounce/subType").and_then(Value::as_str),
         ) {
-            (Some("Permanent"), _) => What::HardBounce,
+            (Some("Permanent"), _) => cause::permanent(refusal.as_ref().ok_or(BadBody)?),
             // Resend sends through SES and keeps its words: see `sns::transient`.
             (Some("Transient"), sub) if super::sns::recipients_transient(sub) => What::SoftBounce,
             _ => What::Deferred,
@@ -118,5 +130,6 @@ pub fn parse(body: &[u8], id: String) -> Result<Vec<Event>, BadBody> {
         message_id: text_of(data.get("email_id")),
         email: text_of(data.get("to")),
         occurred_at: time_of(e.get("created_at")),
+        refusal,
     }])
 }

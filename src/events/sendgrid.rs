@@ -12,6 +12,7 @@ use p256::ecdsa::{Signature, VerifyingKey};
 use p256::pkcs8::DecodePublicKey as _;
 use serde_json::Value;
 
+use super::cause::{self, Hint};
 use super::event::{mailbox_status, member_of, text_of, time_of};
 use super::{header, BadBody, Refused};
 use super::{Event, What};
@@ -63,6 +64,11 @@ pub fn parse(body: &[u8]) -> Result<Vec<Event>, BadBody> {
 fn one(e: &Value) -> Option<Event> {
     let id = e.get("sg_event_id")?.as_str()?.to_string();
     let kind = e.get("event").and_then(Value::as_str).unwrap_or_default();
+    let field = |k: &str| e.get(k).and_then(Value::as_str);
+    let refusal = (kind == "bounce").then(|| {
+        let hint = field("bounce_classification").map_or(Hint::None, Hint::SendGrid);
+        cause::read(field("email"), field("status"), field("reason"), hint)
+    });
     let what = match kind {
         "processed" => What::Accepted,
         "delivered" => What::Delivered,
@@ -77,7 +83,8 @@ fn one(e: &Value) -> Option<Event> {
                 What::Deferred
             }
         }
-        "bounce" => What::HardBounce,
+        // `bounce`: permanent; whose fault, read from its code, words and classification.
+        "bounce" => cause::permanent(refusal.as_ref()?),
         "dropped" => match e.get("reason").and_then(Value::as_str) {
             Some(
                 "Bounced Address" | "Unsubscribed Address" | "Spam Reporting Address" | "Invalid",
@@ -103,5 +110,6 @@ fn one(e: &Value) -> Option<Event> {
             .map(str::to_string),
         email: text_of(e.get("email")),
         occurred_at: time_of(e.get("timestamp")),
+        refusal,
     })
 }

@@ -34,6 +34,7 @@ use crate::http::{Budget, NotRead};
 use crate::metrics::{BRAKES_TOTAL, SOFT_BOUNCE_SUPPRESSIONS_TOTAL};
 use crate::metrics::{
     EVENTS_REFUSED_TOTAL, EVENTS_TOTAL, EVENTS_UNAVAILABLE_TOTAL, EVENTS_UNREAD_TOTAL,
+    REFUSALS_TOTAL,
 };
 use crate::store::events::{self, NotRecorded, Recorded};
 use crate::store::{soft_bounces, suppressions};
@@ -306,6 +307,10 @@ fn count(vendor: &str, events: &[Event], r: &Recorded) {
         let e = &events[f.at];
         let campaign = e.campaign_id.clone().unwrap_or_default();
         counter!(EVENTS_TOTAL, "vendor" => vendor.to_string(), "campaign" => campaign, "what" => e.what.as_str())
+            .increment(1);
+    }
+    for refusal in r.fresh.iter().filter_map(|f| events[f.at].refusal.as_ref()) {
+        counter!(REFUSALS_TOTAL, "provider" => refusal.family.as_str(), "cause" => refusal.cause.as_str())
             .increment(1);
     }
     for b in &r.braked {

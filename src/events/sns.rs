@@ -21,6 +21,7 @@ use serde_json::Value;
 use x509_cert::der::{DecodePem as _, Encode as _};
 use x509_cert::Certificate;
 
+use super::cause::{self, Hint};
 use super::event::{member_of, text_of, time_of};
 use super::{BadBody, Refused};
 use super::{Event, What};
@@ -268,21 +269,42 @@ pub fn parse_ses(message: &str, sns_id: &str) -> Result<Vec<Event>, BadBody> {
     .iter()
     .find_map(|k| time_of(e.get(*k).and_then(|v| v.get("timestamp"))))
     .or_else(|| time_of(mail.and_then(|m| m.get("timestamp"))));
+    // A bounce is read per recipient: SES's `status` and `diagnosticCode` over its
+    // `bounceType`, which can be wrong (a policy refusal of our domain is `Permanent/General`).
+    let sub = e.pointer("/bounce/bounceSubType").and_then(Value::as_str);
+    let recipient = |i: usize, k: &str| {
+        recipients
+            .and_then(|r| r.get(i))
+            .and_then(|r| r.get(k))
+            .and_then(Value::as_str)
+    };
     Ok(emails
         .into_iter()
         .enumerate()
-        .map(|(i, email)| Event {
-            id: if many {
-                format!("{sns_id}/{i}")
-            } else {
-                sns_id.to_string()
-            },
-            what,
-            campaign_id: text_of(tag("campaign_id")),
-            member_id: member_of(tag("member_id")),
-            message_id: text_of(mail.and_then(|m| m.get("messageId"))),
-            email,
-            occurred_at,
+        .map(|(i, email)| {
+            let refusal = (kind == "Bounce").then(|| {
+                let hint = sub.map_or(Hint::None, Hint::Ses);
+                let (status, text) = (recipient(i, "status"), recipient(i, "diagnosticCode"));
+                cause::read(email.as_deref(), status, text, hint)
+            });
+            let what = match (what, &refusal) {
+                (What::HardBounce, Some(r)) => cause::permanent(r),
+                _ => what,
+            };
+            Event {
+                id: if many {
+                    format!("{sns_id}/{i}")
+                } else {
+                    sns_id.to_string()
+                },
+                what,
+                campaign_id: text_of(tag("campaign_id")),
+                member_id: member_of(tag("member_id")),
+                message_id: text_of(mail.and_then(|m| m.get("messageId"))),
+                email,
+                occurred_at,
+                refusal,
+            }
         })
         .collect())
 }

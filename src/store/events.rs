@@ -204,14 +204,15 @@ pub async fn prune_tokens(pool: &PgPool, max_age_s: i64) -> Result<u64, sqlx::Er
     Ok(r.rows_affected())
 }
 
-/// Invariant: an event id is stored once per vendor; returns the ids this call stored, each
-/// with whether it names a row of ours (the work table's primary key: one probe each).
+/// Invariant: an event id is stored once per vendor, with whose fault a refusal was (cause,
+/// code, family; never the server's words); returns the ids this call stored, each with
+/// whether it names a row of ours (the work table's primary key: one probe each).
 // language=PostgreSQL
 const INSERT_NEW: &str = r#"
-    INSERT INTO provider_events AS p (vendor, event_id, what, campaign_id, member_id)
-    SELECT $1, e.id, e.what, e.campaign_id, e.member_id
-      FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[])
-           AS e(id, what, campaign_id, member_id)
+    INSERT INTO provider_events AS p (vendor, event_id, what, campaign_id, member_id, cause, code, family)
+    SELECT $1, e.id, e.what, e.campaign_id, e.member_id, e.cause, e.code, e.family
+      FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[], $8::text[])
+           AS e(id, what, campaign_id, member_id, cause, code, family)
     ON CONFLICT (vendor, event_id) DO NOTHING
     RETURNING p.event_id,
               EXISTS (SELECT 1 FROM campaign_targets t
@@ -230,12 +231,24 @@ async fn insert_new(
     let whats: Vec<&str> = events.iter().map(|e| e.what.as_str()).collect();
     let campaigns: Vec<Option<&str>> = events.iter().map(|e| e.campaign_id.as_deref()).collect();
     let members: Vec<Option<i64>> = events.iter().map(|e| e.member_id).collect();
+    let refusal = |f: fn(&super::event::Refusal) -> Option<&str>| -> Vec<Option<&str>> {
+        events
+            .iter()
+            .map(|e| e.refusal.as_ref().and_then(f))
+            .collect()
+    };
+    let causes = refusal(|r| Some(r.cause.as_str()));
+    let codes = refusal(|r| r.code.as_deref());
+    let families = refusal(|r| Some(r.family.as_str()));
     let rows: Vec<(String, bool)> = sqlx::query_as(INSERT_NEW)
         .bind(vendor)
         .bind(&ids)
         .bind(&whats)
         .bind(&campaigns)
         .bind(&members)
+        .bind(&causes)
+        .bind(&codes)
+        .bind(&families)
         .fetch_all(&mut *tx)
         .await?;
     Ok(rows.into_iter().collect())

@@ -472,3 +472,88 @@ async fn an_unconfigured_vendor_is_404_a_large_body_413_and_an_absent_database_5
     );
     assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
 }
+
+/// Whose fault a refusal is, through the real server and store: Gmail refusing our domain as
+/// unauthenticated (5.7.26, SendGrid's "Technical") suppresses nobody, counts in no bounce
+/// line, settles its unknown attempt (the vendor took the mail) and is kept with its cause,
+/// code and provider — never the server's words; the recipient's 5.1.1 suppresses as before.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_refusal_of_our_domain_suppresses_nobody_and_is_kept_with_its_cause(pool: PgPool) {
+    sqlx::query(
+        "INSERT INTO campaign_targets (campaign_id, member_id, email, state, unknown_since)
+         VALUES ($1, 1, 'ann@gmail.com', 'unconfirmed', now()), ($1, 2, 'bo@gmail.com', 'sent', NULL)",
+    )
+    .bind(CAMPAIGN)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let url = format!(
+        "{}/events/sendgrid",
+        serve_events(pool.clone(), listeners(false)).await
+    );
+    let body = serde_json::json!([
+        {"email": "ann@gmail.com", "event": "bounce", "type": "bounce", "status": "5.7.26",
+         "reason": "550-5.7.26 Unauthenticated email from example.com is not accepted due to domain's DMARC policy. ann@gmail.com",
+         "bounce_classification": "Technical", "sg_event_id": "sg-auth", "sg_message_id": "m1.f",
+         "timestamp": now_s(), "campaign_id": CAMPAIGN, "member_id": "1"},
+        {"email": "bo@gmail.com", "event": "bounce", "type": "bounce", "status": "5.1.1",
+         "reason": "550 5.1.1 The email account that you tried to reach does not exist",
+         "bounce_classification": "Invalid Address", "sg_event_id": "sg-gone", "sg_message_id": "m2.f",
+         "timestamp": now_s(), "campaign_id": CAMPAIGN, "member_id": "2"}
+    ])
+    .to_string();
+    let ts = now_s().to_string();
+    assert_eq!(post(&url, &sendgrid_signed(&body, &ts), &body).await, 200);
+    assert_eq!(
+        listed(&pool).await,
+        [(
+            "bo@gmail.com".into(),
+            "hard_bounce".into(),
+            Some("sendgrid".into())
+        )],
+        "only the recipient's refusal suppresses"
+    );
+    assert_eq!(
+        state_of(&pool, 1).await.0,
+        "sent",
+        "the vendor took the mail: settled"
+    );
+    type Kept = (
+        String,
+        String,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+    );
+    let kept: Vec<Kept> = sqlx::query_as(
+        "SELECT event_id, what, cause, code, family FROM provider_events ORDER BY event_id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        kept,
+        [
+            (
+                "sg-auth".into(),
+                "refused".into(),
+                Some("authentication".into()),
+                Some("5.7.26".into()),
+                Some("google".into())
+            ),
+            (
+                "sg-gone".into(),
+                "hard_bounce".into(),
+                Some("no_mailbox".into()),
+                Some("5.1.1".into()),
+                Some("google".into())
+            ),
+        ]
+    );
+    let strikes: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM campaign_strikes WHERE kind = 'hard_bounce'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(strikes, 1, "the sender's refusal counts in no bounce line");
+}

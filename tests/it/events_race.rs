@@ -21,6 +21,7 @@ fn bounce(id: &str, member: i64) -> Event {
         message_id: None,
         email: Some(format!("member{member}@example.com")),
         occurred_at: None,
+        refusal: None,
     }
 }
 

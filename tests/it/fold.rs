@@ -179,6 +179,7 @@ async fn an_event_in_one_spelling_stops_every_other(pool: PgPool) {
             message_id: None,
             email: Some(listed.to_string()),
             occurred_at: None,
+            refusal: None,
         })
         .collect();
     let rules = campaign_sender::config::BrakeConfig::default().rules();

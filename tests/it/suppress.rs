@@ -199,6 +199,7 @@ async fn folded_listing_stops_its_row(pool: &PgPool) {
         message_id: None,
         email: Some("BJÖRN@EXAMPLE.COM".into()),
         occurred_at: None,
+        refusal: None,
     };
     events::record(
         pool,
