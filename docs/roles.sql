@@ -74,7 +74,7 @@ $$;
 -- Nothing by default: only the grants below.
 REVOKE ALL ON campaign_targets, rate_limits, rate_pods, rate_usage, campaigns, job_budgets,
     suppressions, campaign_archive, archived_campaigns, _sqlx_migrations, provider_events,
-    webhook_tokens, campaign_tallies, campaign_strikes, soft_bounces FROM campaign_sender_worker, campaign_sender_operator, campaign_sender_keda,
+    webhook_tokens, campaign_tallies, campaign_strikes, soft_bounces, campaign_family_tallies FROM campaign_sender_worker, campaign_sender_operator, campaign_sender_keda,
     campaign_sender_events, campaign_sender_web;
 GRANT USAGE ON SCHEMA public TO campaign_sender_worker, campaign_sender_operator,
     campaign_sender_keda, campaign_sender_events, campaign_sender_web;
@@ -83,7 +83,8 @@ GRANT SELECT (campaign_id, member_id, email, state, attempts, opted_out_at, not_
               send_after, sent_at, last_status, last_error, unknown_since)
     ON campaign_targets TO campaign_sender_web;
 GRANT SELECT ON campaigns, archived_campaigns, rate_limits, rate_pods,
-    rate_usage, provider_events, campaign_tallies, _sqlx_migrations TO campaign_sender_web;
+    rate_usage, provider_events, campaign_tallies, campaign_family_tallies, _sqlx_migrations
+    TO campaign_sender_web;
 -- Not the archive's addresses: the page shows none.
 GRANT SELECT (campaign_id, member_id, outcome, sent_at, last_status, attempts)
     ON campaign_archive TO campaign_sender_web;
@@ -105,6 +106,7 @@ GRANT SELECT ON _sqlx_migrations TO campaign_sender_events;
 -- pauses the campaign in the same transaction.
 GRANT SELECT, INSERT, UPDATE ON campaign_tallies TO campaign_sender_events;
 GRANT SELECT, INSERT ON campaign_strikes TO campaign_sender_events;
+GRANT SELECT, INSERT, UPDATE ON campaign_family_tallies TO campaign_sender_events;
 GRANT SELECT, INSERT (campaign_id, paused_at, paused_by, pause_reason),
       UPDATE (paused_at, paused_by, pause_reason, updated_at)
     ON campaigns TO campaign_sender_events;
@@ -134,6 +136,7 @@ GRANT INSERT (campaign_id, paused_at, paused_by, pause_reason),
 GRANT SELECT, INSERT, DELETE ON job_budgets TO campaign_sender_worker;
 -- The fenced finish adds the mails it wrote `sent` to the campaign's tally (the brake's base).
 GRANT SELECT, INSERT, UPDATE ON campaign_tallies TO campaign_sender_worker;
+GRANT SELECT, INSERT, UPDATE ON campaign_family_tallies TO campaign_sender_worker;
 GRANT SELECT ON _sqlx_migrations TO campaign_sender_worker;
 
 GRANT SELECT ON campaign_targets, rate_limits, rate_pods, rate_usage, _sqlx_migrations
@@ -154,8 +157,10 @@ GRANT SELECT ON provider_events TO campaign_sender_operator;
 -- `status` of an archived campaign; `archive` itself runs as the owner (it deletes rows).
 GRANT SELECT ON campaign_archive, archived_campaigns TO campaign_sender_operator;
 GRANT SELECT, INSERT, UPDATE ON campaigns TO campaign_sender_operator;
--- status shows each campaign's complaint and bounce rates against its lines.
-GRANT SELECT ON campaign_tallies TO campaign_sender_operator;
+-- status shows each campaign's complaint and bounce rates against its lines; `resolve
+-- --assume-sent` adds the rows it settles to the tally (the tally is the sent rows).
+GRANT SELECT, INSERT, UPDATE ON campaign_tallies, campaign_family_tallies
+    TO campaign_sender_operator;
 -- `suppress --remove` lets a lifted address start its soft bounces afresh.
 GRANT SELECT, DELETE ON soft_bounces TO campaign_sender_operator;
 

@@ -22,6 +22,17 @@ pub struct BrakeConfig {
     /// `BRAKE_MIN_SENT` (default 1000, at least 1): below this many mails sent, nothing pauses.
     #[serde(default = "default_min_sent")]
     pub brake_min_sent: u64,
+    /// `MAX_SENDER_REFUSALS` (default 10, at most 1000000; 0 turns it off): this many permanent
+    /// refusals of our own domain (authentication, reputation, …) of distinct members at one
+    /// mailbox provider pause the campaign, with `MAX_SENDER_REFUSAL_RATIO` of the mails sent
+    /// there, whatever `BRAKE_MIN_SENT` (a campaign may set its own: `configure
+    /// --max-sender-refusals`).
+    #[serde(default = "default_sender_refusals")]
+    pub max_sender_refusals: u64,
+    /// `MAX_SENDER_REFUSAL_RATIO` (default 0.01, between 0 and 1): and at least this share of
+    /// the mails sent to that provider, so stray refusals over a day of mail do not pause.
+    #[serde(default = "default_sender_ratio")]
+    pub max_sender_refusal_ratio: f64,
     /// `SOFT_BOUNCE_LIMIT` (default 3, between 1 and 100): this many soft bounces of one address
     /// (one per message) within the window suppress it (reason `soft_bounce`).
     #[serde(default = "default_soft_limit")]
@@ -41,6 +52,12 @@ fn default_bounce() -> f64 {
 fn default_min_sent() -> u64 {
     1000
 }
+fn default_sender_refusals() -> u64 {
+    10
+}
+fn default_sender_ratio() -> f64 {
+    0.01
+}
 fn default_soft_limit() -> u64 {
     3
 }
@@ -54,6 +71,8 @@ impl Default for BrakeConfig {
             max_complaint_ratio: default_complaint(),
             max_bounce_ratio: default_bounce(),
             brake_min_sent: default_min_sent(),
+            max_sender_refusals: default_sender_refusals(),
+            max_sender_refusal_ratio: default_sender_ratio(),
             soft_bounce_limit: default_soft_limit(),
             soft_bounce_window_s: default_soft_window(),
         }
@@ -65,6 +84,7 @@ impl FromEnv for BrakeConfig {
         for (var, r) in [
             ("MAX_COMPLAINT_RATIO", self.max_complaint_ratio),
             ("MAX_BOUNCE_RATIO", self.max_bounce_ratio),
+            ("MAX_SENDER_REFUSAL_RATIO", self.max_sender_refusal_ratio),
         ] {
             if !(0.0..=1.0).contains(&r) {
                 return Err(ConfigError::new(var, "must be between 0 and 1"));
@@ -72,6 +92,7 @@ impl FromEnv for BrakeConfig {
         }
         positive("BRAKE_MIN_SENT", self.brake_min_sent)?;
         at_most("BRAKE_MIN_SENT", self.brake_min_sent, i64::MAX as u64)?;
+        at_most("MAX_SENDER_REFUSALS", self.max_sender_refusals, 1_000_000)?;
         positive("SOFT_BOUNCE_LIMIT", self.soft_bounce_limit)?;
         at_most("SOFT_BOUNCE_LIMIT", self.soft_bounce_limit, 100)?;
         positive("SOFT_BOUNCE_WINDOW_S", self.soft_bounce_window_s)?;
@@ -99,6 +120,8 @@ impl BrakeConfig {
             complaint: self.max_complaint_ratio,
             bounce: self.max_bounce_ratio,
             min_sent: self.brake_min_sent as i64,
+            sender_refusals: self.max_sender_refusals as i64,
+            sender_ratio: self.max_sender_refusal_ratio,
         }
     }
 }

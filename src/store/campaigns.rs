@@ -288,8 +288,8 @@ pub async fn set_settings(
     const SET: &str = r#"
         INSERT INTO campaigns AS c (campaign_id, template, max_permanent_failure_ratio,
                                     from_address, reply_to, max_complaint_ratio,
-                                    max_bounce_ratio)
-        VALUES ($1, $2, $3, $4, $5, $6, $7)
+                                    max_bounce_ratio, max_sender_refusals)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
         ON CONFLICT (campaign_id) DO UPDATE
            SET template = coalesce(excluded.template, c.template),
                max_permanent_failure_ratio = coalesce(excluded.max_permanent_failure_ratio,
@@ -297,6 +297,8 @@ pub async fn set_settings(
                max_complaint_ratio = coalesce(excluded.max_complaint_ratio,
                                               c.max_complaint_ratio),
                max_bounce_ratio = coalesce(excluded.max_bounce_ratio, c.max_bounce_ratio),
+               max_sender_refusals = coalesce(excluded.max_sender_refusals,
+                                              c.max_sender_refusals),
                from_address = coalesce(excluded.from_address, c.from_address),
                reply_to = coalesce(excluded.reply_to, c.reply_to),
                updated_at = now()
@@ -309,6 +311,7 @@ pub async fn set_settings(
         .bind(asked.reply_to)
         .bind(asked.complaint_line)
         .bind(asked.bounce_line)
+        .bind(asked.sender_refusals)
         .execute(pool)
         .await?;
     Ok(())
@@ -324,6 +327,8 @@ pub struct SettingsChange<'a> {
     /// The brake's lines (`--max-complaint-ratio`, `--max-bounce-ratio`).
     pub complaint_line: Option<f64>,
     pub bounce_line: Option<f64>,
+    /// The sender's brake's line (`--max-sender-refusals`; 0: off).
+    pub sender_refusals: Option<i32>,
 }
 
 /// Sets (or, with `None`, clears) a campaign's send window (`configure --window`).

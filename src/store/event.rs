@@ -116,6 +116,17 @@ text_enum! {
 }
 
 impl Family {
+    /// How an operator names the provider: `Gmail`, `Outlook.com`, `Yahoo`, `Apple`.
+    pub fn provider_name(self) -> &'static str {
+        match self {
+            Family::Google => "Gmail",
+            Family::Microsoft => "Outlook.com",
+            Family::Yahoo => "Yahoo",
+            Family::Apple => "Apple",
+            Family::Other => "A mailbox provider",
+        }
+    }
+
     /// The family of `address`'s domain (case and a trailing dot do not matter).
     pub fn of(address: &str) -> Family {
         let domain = address

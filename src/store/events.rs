@@ -17,7 +17,7 @@
 use sqlx::{PgConnection, PgPool};
 
 use super::brake::{self, Braked, Line};
-use super::event::{funnel_of, Event, What, FUNNEL};
+use super::event::{funnel_of, Event, Family, What, FUNNEL};
 use super::soft_bounces::{self, SoftBounce};
 
 /// What one request's events did.
@@ -117,13 +117,14 @@ pub async fn record(
     let added = brake::Added {
         sent: settled.clone(),
         strikes: strikes_of(&ours),
+        refusals: refusals_of(&ours),
     };
     let braked = brake::weigh(&mut tx, &added, rules.lines).await?;
     tx.commit().await?;
     Ok(Recorded {
         fresh,
         suppressed,
-        settled: settled.iter().map(|(_, n)| *n as u64).sum(),
+        settled: settled.iter().map(|(_, _, n)| *n as u64).sum(),
         soft_listed,
         braked,
     })
@@ -161,6 +162,25 @@ fn strikes_of(events: &[&Event]) -> Vec<(String, i64, Line)> {
                 _ => return None,
             };
             Some((e.campaign_id.clone()?, e.member_id?, line))
+        })
+        .collect()
+}
+
+/// The permanent refusals of our own domain among `events` (rows of ours): the sender's brake
+/// weighs them per provider.
+fn refusals_of(events: &[&Event]) -> Vec<brake::SenderRefusal> {
+    events
+        .iter()
+        .filter(|e| e.what == What::Refused)
+        .filter_map(|e| {
+            let r = e.refusal.as_ref()?;
+            Some(brake::SenderRefusal {
+                campaign_id: e.campaign_id.clone()?,
+                member_id: e.member_id?,
+                family: r.family,
+                cause: r.cause,
+                code: r.code.clone(),
+            })
         })
         .collect()
 }
@@ -308,14 +328,15 @@ const SETTLE: &str = r#"
      WHERE t.campaign_id = e.campaign_id AND t.member_id = e.member_id
        AND t.unknown_since IS NOT NULL
        AND t.state IN ('unconfirmed', 'pending', 'sending')
-    RETURNING t.campaign_id
+    RETURNING t.campaign_id, coalesce(mailbox_family(t.email), 'other')
 "#;
 
-/// Settles what `events` prove accepted; returns the rows settled, per campaign.
+/// Settles what `events` prove accepted; returns the rows settled, per campaign and mailbox
+/// provider.
 async fn settle(
     tx: &mut PgConnection,
     events: &[&Event],
-) -> Result<Vec<(String, i64)>, sqlx::Error> {
+) -> Result<Vec<(String, Family, i64)>, sqlx::Error> {
     let mut campaigns = Vec::new();
     let mut members = Vec::new();
     let mut messages = Vec::new();
@@ -329,17 +350,18 @@ async fn settle(
     if campaigns.is_empty() {
         return Ok(Vec::new());
     }
-    let settled: Vec<String> = sqlx::query_scalar(SETTLE)
+    let settled: Vec<(String, String)> = sqlx::query_as(SETTLE)
         .bind(&campaigns)
         .bind(&members)
         .bind(&messages)
         .fetch_all(&mut *tx)
         .await?;
-    let mut per: std::collections::BTreeMap<String, i64> = Default::default();
-    for c in settled {
-        *per.entry(c).or_default() += 1;
+    let mut per: std::collections::BTreeMap<(String, Family), i64> = Default::default();
+    for (campaign, family) in settled {
+        let family = family.parse().unwrap_or(Family::Other);
+        *per.entry((campaign, family)).or_default() += 1;
     }
-    Ok(per.into_iter().collect())
+    Ok(per.into_iter().map(|((c, f), n)| (c, f, n)).collect())
 }
 
 /// A campaign's funnel: each column of [`FUNNEL`] with its count of events (zero included).

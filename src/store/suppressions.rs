@@ -393,10 +393,16 @@ impl Store {
                 "WITH s AS (UPDATE campaign_targets
                                SET state = 'sent', sent_at = coalesce(sent_at, unknown_since, now()),
                                    last_error = 'assumed_sent', updated_at = now()
-                             WHERE {SELECTED} RETURNING 1),
+                             WHERE {SELECTED} RETURNING email),
                       tallied AS (INSERT INTO campaign_tallies AS c (campaign_id, sent)
                                   SELECT $1, count(*) FROM s HAVING count(*) > 0
-                                  ON CONFLICT (campaign_id) DO UPDATE SET sent = c.sent + excluded.sent)
+                                  ON CONFLICT (campaign_id) DO UPDATE SET sent = c.sent + excluded.sent
+                                  RETURNING 1),
+                      per_provider AS (INSERT INTO campaign_family_tallies AS f (campaign_id, family, sent)
+                                  SELECT $1, mailbox_family(email), count(*) FROM s
+                                   WHERE email IS NOT NULL AND EXISTS (SELECT 1 FROM tallied)
+                                   GROUP BY 2 ORDER BY 2
+                                  ON CONFLICT (campaign_id, family) DO UPDATE SET sent = f.sent + excluded.sent)
                  SELECT count(*) FROM s"
             )
         } else {

@@ -460,8 +460,10 @@ impl Store {
     ///   cannot compute, is added by [`super::suppressions::complete_forms`] within the hour;
     /// - a row written `unconfirmed` (an unknown outcome under a vendor without idempotency
     ///   keys) is out of the work set at once: never sent again blindly;
-    /// - the rows written `sent` are added to the campaign's tally in the same statement, so
-    ///   the brake weighs complaints against every mail sent ([`crate::store::brake`]).
+    /// - the rows written `sent` are added to the campaign's tally, and to its tally of their
+    ///   mailbox provider (`mailbox_family`, locked in family order), in the same statement, so
+    ///   the brakes weigh complaints and refusals against every mail sent
+    ///   ([`crate::store::brake`]).
     pub async fn finish(
         &self,
         claim_id: Uuid,
@@ -528,6 +530,15 @@ impl Store {
                 INSERT INTO campaign_tallies AS c (campaign_id, sent)
                 SELECT $1, count(*) FROM written WHERE state = 'sent' HAVING count(*) > 0
                 ON CONFLICT (campaign_id) DO UPDATE SET sent = c.sent + excluded.sent
+                RETURNING 1
+            ),
+            -- After the campaign's tally (it reads tallied's output): the lock order of events.
+            per_provider AS (
+                INSERT INTO campaign_family_tallies AS f (campaign_id, family, sent)
+                SELECT $1, mailbox_family(email), count(*) FROM written
+                 WHERE state = 'sent' AND email IS NOT NULL AND EXISTS (SELECT 1 FROM tallied)
+                 GROUP BY 2 ORDER BY 2
+                ON CONFLICT (campaign_id, family) DO UPDATE SET sent = f.sent + excluded.sent
             )
             SELECT after_optout FROM written
         "#;

@@ -30,6 +30,7 @@ mod one_click;
 mod operator;
 mod rate;
 mod security;
+mod sender_brake;
 mod sending;
 mod serve;
 mod ses_moto;

@@ -275,4 +275,22 @@ async fn status_shows_unconfirmed_rows_and_resolve_prints_what_it_did(pool: PgPo
     );
     assert!(out.contains("1 unconfirmed rows left"), "{out}");
     assert_eq!(states(&pool).await["pending"], 3);
+    // The last one, opted out, is settled as sent by the operator's role, tally included.
+    sqlx::query("UPDATE campaign_targets SET opted_out_at = NULL WHERE state = 'unconfirmed'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let assume = spawn_sender(
+        &["resolve", "--campaign", CAMPAIGN, "--assume-sent"],
+        &url,
+        &[],
+    );
+    let (code, out, err) = finish(assume, Duration::from_secs(20)).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    let tally: i64 = sqlx::query_scalar("SELECT sent FROM campaign_tallies WHERE campaign_id = $1")
+        .bind(CAMPAIGN)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(tally, 1, "the operator's resolve adds to the brake's tally");
 }

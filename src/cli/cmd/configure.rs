@@ -40,6 +40,12 @@ pub struct Configure {
     /// The brake's hard-bounce line for this campaign (default: MAX_BOUNCE_RATIO, 0.02).
     #[arg(long, value_parser = parse_ratio, value_name = "RATIO")]
     max_bounce_ratio: Option<f64>,
+    /// The sender's brake for this campaign: this many refusals of our own domain
+    /// (authentication, reputation, …) of distinct members at one mailbox provider, with
+    /// MAX_SENDER_REFUSAL_RATIO of the mails sent there, pause it (default:
+    /// MAX_SENDER_REFUSALS, 10; 0 turns it off).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(0..=1_000_000))]
+    max_sender_refusals: Option<i32>,
     /// Send only between these local times every day, e.g. `22:00-06:00` (may wrap
     /// midnight; DST changes keep the wall-clock hours); `none` sends at any time again.
     #[arg(long, value_parser = parse_window, value_name = "HH:MM-HH:MM|none")]
@@ -73,6 +79,7 @@ impl OperatorCommand for Configure {
                 reply_to: reply_to.as_deref(),
                 complaint_line: self.max_complaint_ratio,
                 bounce_line: self.max_bounce_ratio,
+                sender_refusals: self.max_sender_refusals,
             },
             window: self.window,
             timezone: self.timezone,
@@ -116,7 +123,8 @@ async fn configure(pool: &PgPool, campaign: &str, asked: Settings<'_>) -> CliRes
             CliError::Exit(Exit::Usage)
         })?;
     let c = &asked.change;
-    let lines = c.complaint_line.is_some() || c.bounce_line.is_some();
+    let lines =
+        c.complaint_line.is_some() || c.bounce_line.is_some() || c.sender_refusals.is_some();
     let changes = c.template.is_some() || c.ratio.is_some() || c.from.is_some() || lines;
     if changes || c.reply_to.is_some() || !before.stored {
         campaigns::set_settings(pool, campaign, c).await?;
@@ -150,6 +158,12 @@ async fn configure(pool: &PgPool, campaign: &str, asked: Settings<'_>) -> CliRes
             line(c.complaint_line, "MAX_COMPLAINT_RATIO"),
             line(c.bounce_line, "MAX_BOUNCE_RATIO")
         );
+        if let Some(n) = c.sender_refusals {
+            match n {
+                0 => println!("{campaign}: the sender's brake is off"),
+                n => println!("{campaign}: the sender's brake pauses it at {n} refusals of our domain at one mailbox provider (with MAX_SENDER_REFUSAL_RATIO of the mails sent there)"),
+            }
+        }
     }
     Ok(())
 }
