@@ -134,6 +134,9 @@ pub struct Status {
     pub funnel: Vec<(String, i64)>,
     /// Its complaint and hard-bounce rates against its lines, once it has sent a mail.
     pub reputation: Option<Reputation>,
+    /// The campaign by mailbox provider (Gmail, Outlook.com, …): sent, what the events said,
+    /// the sender's refusals by cause ([`crate::store::providers`]).
+    pub providers: Vec<crate::store::providers::AtProvider>,
 }
 
 /// The send window as `status` shows it.
@@ -290,6 +293,7 @@ pub async fn gather(
         archived,
         progress,
         funnel: crate::store::events::funnel(pool, campaign_id).await?,
+        providers: crate::store::providers::of_campaign(pool, campaign_id).await?,
         reputation: brake::tally(pool, campaign_id)
             .await?
             .map(|t| Reputation::of(&t, defaults.lines)),
@@ -347,6 +351,7 @@ impl Status {
             unconfirmed_since: None,
             archived: None,
             funnel: vec![],
+            providers: vec![],
             reputation: None,
         }
     }

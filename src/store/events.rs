@@ -259,7 +259,15 @@ async fn insert_new(
     };
     let causes = refusal(|r| Some(r.cause.as_str()));
     let codes = refusal(|r| r.code.as_deref());
-    let families = refusal(|r| Some(r.family.as_str()));
+    // Every event of an address keeps its provider (the status by provider counts them).
+    let families: Vec<Option<&str>> = events
+        .iter()
+        .map(|e| match (&e.refusal, e.email.as_deref()) {
+            (Some(r), _) => Some(r.family.as_str()),
+            (None, Some(email)) => Some(Family::of(email).as_str()),
+            (None, None) => None,
+        })
+        .collect();
     let rows: Vec<(String, bool)> = sqlx::query_as(INSERT_NEW)
         .bind(vendor)
         .bind(&ids)

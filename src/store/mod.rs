@@ -16,8 +16,10 @@
 //!   `unconfirmed` rows; [`row_state`]: the states a row can be in;
 //! - [`events`]: `provider_events` and `webhook_tokens`, what the vendors' events do;
 //!   [`event`]: one vendor event as stored, and the one table of what each kind does;
-//!   [`brake`]: `campaign_tallies`, each campaign's sent, complaints and hard bounces, and the
-//!   pause over a line; [`soft_bounces`]: soft bounces that age into a suppression;
+//!   [`brake`]: `campaign_tallies` and `campaign_family_tallies`, each campaign's sent,
+//!   complaints, hard bounces and (per mailbox provider) refusals of our domain, and the pause
+//!   over a line; [`providers`]: a campaign by mailbox provider, for `status`;
+//!   [`soft_bounces`]: soft bounces that age into a suppression;
 //! - [`connect`]: the pool and the migrations; [`roles`]: docs/roles.sql, granted after them;
 //! - [`outage`]: the one retry rule for a database that does not answer.
 //!
@@ -42,6 +44,7 @@ pub mod history;
 pub mod import;
 pub mod one_click;
 pub mod outage;
+pub mod providers;
 pub mod rate;
 pub mod roles;
 pub mod row_state;

@@ -305,6 +305,7 @@ pub fn campaign(board: &Board, v: &View, now: DateTime<Utc>) -> Markup {
                 }
                 div.trio {
                     (funnel(s))
+                    (providers(s))
                     (reputation(s))
                     (reasons("Top failure reasons", &s.failures))
                     (reasons("Waiting to retry, by last answer", &s.retrying))
@@ -364,6 +365,49 @@ fn funnel(s: &Status) -> Markup {
                         th scope="row" { (col.replace('_', " ")) }
                         td.num { (grouped(*n)) }
                         td.num.muted { (format!("{:.1} % of sent", percent(*n, sent))) }
+                    }
+                }
+            }
+        }
+    } }
+}
+
+/// The campaign by mailbox provider: sent, delivered, bounced, refused for our domain's fault
+/// (by cause), complaints — Gmail's shown as "Postmaster Tools", never 0 %.
+fn providers(s: &Status) -> Markup {
+    use crate::store::event::Family;
+    if s.providers.is_empty() {
+        return html! {};
+    }
+    let name = |f: &str| match f.parse::<Family>() {
+        Ok(Family::Other) | Err(_) => "Others",
+        Ok(f) => f.provider_name(),
+    };
+    html! { section {
+        h2 { "By mailbox provider" }
+        table.counts {
+            caption.visually-hidden { "Mails sent and what each mailbox provider answered" }
+            thead { tr {
+                th scope="col" { "provider" } th scope="col" { "sent" } th scope="col" { "delivered" }
+                th scope="col" { "bounced" } th scope="col" { "refused (our fault)" } th scope="col" { "complaints" }
+            } }
+            tbody {
+                @for p in &s.providers {
+                    tr {
+                        th scope="row" { (name(&p.family)) }
+                        td.num { (grouped(p.sent)) }
+                        td.num { (grouped(p.delivered)) }
+                        td.num { (grouped(p.bounced)) }
+                        td.num {
+                            (grouped(p.refused.iter().map(|(_, n)| n).sum()))
+                            @for (cause, n) in &p.refused { br; span.muted { (cause.replace('_', " ")) " " (grouped(*n)) } }
+                        }
+                        td.num {
+                            @match p.complaint_rate {
+                                Some(_) => (grouped(p.complaints)),
+                                None => span.muted { "Postmaster Tools" },
+                            }
+                        }
                     }
                 }
             }

@@ -156,6 +156,28 @@ async fn twelve_refusals_of_our_domain_at_gmail_pause_the_campaign_and_list_nobo
         out.contains("Gmail refuses our mail: authentication"),
         "{out}"
     );
+    // The campaign by provider: Gmail's sent, its refusals by cause, and its complaint rate
+    // as Gmail gives it (only in Postmaster Tools), never 0.00 %.
+    let gmail = out
+        .lines()
+        .find(|l| l.starts_with("provider   Gmail:"))
+        .unwrap_or_else(|| panic!("no Gmail line: {out}"));
+    assert!(gmail.contains("refused 12 (authentication 12)"), "{gmail}");
+    assert!(
+        gmail.contains("complaints not reported — Postmaster Tools"),
+        "{gmail}"
+    );
+    assert!(!gmail.contains("sent 0 "), "{gmail}");
+    let json = spawn_sender(
+        &["status", "--campaign", CAMPAIGN, "--json"],
+        &operator_url(&pool).await,
+        &[],
+    );
+    let (_, out, _) = finish(json, Duration::from_secs(20)).await;
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let providers = v["providers"].as_array().expect("providers in --json");
+    assert_eq!(providers[0]["family"], "google");
+    assert_eq!(providers[0]["complaint_rate"], Value::Null);
 }
 
 /// Under the line (5 of a line of 10), or at the line but under its share of the provider's

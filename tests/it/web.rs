@@ -84,10 +84,14 @@ async fn two_campaigns(pool: &PgPool) {
           WHERE campaign_id = 'spring' AND member_id BETWEEN 104 AND 105;
          INSERT INTO suppressions (email, reason) VALUES ('member106@example.com', 'complaint');
          UPDATE campaign_targets SET state = 'suppressed' WHERE campaign_id = 'spring' AND member_id = 106;
-         INSERT INTO provider_events (vendor, event_id, what, campaign_id, member_id)
+         INSERT INTO provider_events (vendor, event_id, what, campaign_id, member_id, family)
          SELECT 'sendgrid', 'e' || g, CASE WHEN g <= 90 THEN 'delivered' ELSE 'hard_bounce' END,
-                'spring', g
-           FROM generate_series(1, 100) g;",
+                'spring', g, 'other'
+           FROM generate_series(1, 100) g;
+         INSERT INTO provider_events (vendor, event_id, what, campaign_id, member_id, cause, code, family)
+         VALUES ('sendgrid', 'r1', 'refused', 'spring', 200, 'authentication', '5.7.26', 'google');
+         INSERT INTO campaign_family_tallies (campaign_id, family, sent, sender_refusals)
+         VALUES ('spring', 'other', 95, 0), ('spring', 'google', 5, 1);",
     )
     .execute(pool)
     .await
@@ -141,6 +145,11 @@ async fn every_page_shows_the_status_figures_and_never_an_address(pool: PgPool) 
     let (code, _, page) = get(&format!("{base}/campaigns/spring")).await;
     assert_eq!(code, 200);
     assert!(page.contains("What the provider reported"), "the funnel");
+    assert!(page.contains("By mailbox provider"), "the providers");
+    assert!(
+        page.contains("Postmaster Tools") && page.contains("authentication 1"),
+        "Gmail's complaints and our domain's refusals"
+    );
     for figure in [
         "100",
         "unconfirmed",
