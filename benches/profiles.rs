@@ -108,6 +108,7 @@ fn request_and_answer(c: &mut Criterion) {
                     template: "spring",
                     data: Some(data),
                     unsubscribe: Some(&link),
+                    feedback_id: None,
                 };
                 let now = SystemTime::now();
                 let out = profile.request(black_box(&mail), now).expect("built");

@@ -72,8 +72,14 @@ pub struct RunConfig {
     /// where `events` answers `/unsubscribe/{token}`; `http://` only to a loopback host.
     #[serde(default)]
     pub unsubscribe_base_url: Option<String>,
-    /// `UNSUBSCRIBE_SECRET` (required with `ours`): one or more secrets, comma-separated, each
-    /// at least 16 bytes; the first signs, all verify (rotation without breaking sent links).
+    /// `FEEDBACK_ID` (default unset): Gmail's Feedback Loop SenderId, 5 to 15 of `A-Z a-z 0-9
+    /// . _ -`; with it every mail carries `Feedback-ID: {campaign_id}:{vendor}:bulk:{FEEDBACK_ID}`
+    /// ([`RunConfig::feedback_header`]), so Postmaster Tools shows each campaign's spam rate.
+    #[serde(default)]
+    pub feedback_id: Option<String>,
+    /// `UNSUBSCRIBE_SECRET` (required with `ours`): one or more secrets, comma-separated; the
+    /// first (it signs) at least 32 bytes, the others 16; all verify (rotation without breaking
+    /// sent links).
     #[serde(default)]
     pub unsubscribe_secret: Option<Secret>,
     /// `UNSUBSCRIBE_MAILTO` (default unset): an address added as `<mailto:…>` after our link.
@@ -366,6 +372,7 @@ impl RunConfig {
             ));
         }
         self.validate_unsubscribe()?;
+        self.feedback_header()?;
         positive("CONNECT_TIMEOUT_MS", self.connect_timeout_ms)?;
         positive("READ_TIMEOUT_MS", self.read_timeout_ms)
     }

@@ -289,3 +289,28 @@ fn a_job_uid_is_a_uuid() {
     }
     assert!(RunConfig::from_vars(vars(&[("JOB_UID", "job-1")])).is_err());
 }
+
+#[test]
+fn a_feedback_id_is_gmails_sender_id_and_its_header_names_no_member() {
+    let c = RunConfig::from_vars(vars(&[("FEEDBACK_ID", "news2026")])).unwrap();
+    let header = c.feedback_header().unwrap().unwrap();
+    assert_eq!(header, format!("{}:json:bulk:news2026", c.campaign_id));
+    assert!(!header.contains('@'));
+    for bad in [
+        "abcd",
+        "sixteen-chars-xx",
+        "has:colon",
+        "has space",
+        "ünicode",
+    ] {
+        let err = RunConfig::from_vars(vars(&[("FEEDBACK_ID", bad)])).unwrap_err();
+        assert_eq!(err.var, "FEEDBACK_ID", "{bad}");
+    }
+    assert_eq!(
+        RunConfig::from_vars(vars(&[]))
+            .unwrap()
+            .feedback_header()
+            .unwrap(),
+        None
+    );
+}

@@ -70,6 +70,30 @@ impl RunConfig {
         Ok(Some(links))
     }
 
+    /// Every mail's `Feedback-ID` value with `FEEDBACK_ID` set: `{campaign_id}:{vendor}:bulk:
+    /// {FEEDBACK_ID}` — Gmail's `a:b:c:SenderId`, its three identifiers the campaign (Postmaster
+    /// Tools' spam rate per campaign), the vendor profile (per sending account) and the mail's
+    /// kind; no address and no member id, which Gmail neither needs nor should see. A campaign
+    /// id's alphabet has no `:` ([`crate::campaign_id`]). A SenderId that is not 5 to 15 of
+    /// `A-Z a-z 0-9 . _ -` names `FEEDBACK_ID` (78), never showing the value.
+    pub fn feedback_header(&self) -> Result<Option<String>, ConfigError> {
+        let Some(id) = self.feedback_id.as_deref() else {
+            return Ok(None);
+        };
+        let alphabet = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+        if !(5..=15).contains(&id.len()) || !id.chars().all(alphabet) {
+            return Err(ConfigError::new(
+                "FEEDBACK_ID",
+                "must be Gmail's SenderId: 5 to 15 of A-Z a-z 0-9 . _ - (the value is not shown)",
+            ));
+        }
+        Ok(Some(format!(
+            "{}:{}:bulk:{id}",
+            self.campaign_id,
+            self.mail_provider.as_str()
+        )))
+    }
+
     /// The longest `List-Unsubscribe` the ids allow — a campaign id of
     /// [`crate::campaign_id::MAX_LEN`] characters, the longest member id — is printable ASCII
     /// and within the vendor's limit ([`Kind::header_value_limit`]), so no mail is refused for

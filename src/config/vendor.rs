@@ -26,6 +26,7 @@ impl RunConfig {
             worker: self.worker_name(),
             campaign_id: self.campaign_id.clone(),
             links: self.links()?,
+            feedback_id: self.feedback_header()?,
         };
         Provider::new(settings)
             .map_err(|e| ConfigError::new("MAIL_URL", format!("no HTTP client for it: {e}")))

@@ -46,7 +46,7 @@ impl Profile for Json {
             member_id: mail.member_id,
             template: mail.template,
             data: mail.has_data().then(|| mail.data()),
-            headers: mail.one_click().map(|h| h.as_object()),
+            headers: mail.headers().map(|h| h.as_object()),
         };
         let mut out = Outgoing::new("", Body::json(&body)).header(
             "Idempotency-Key",

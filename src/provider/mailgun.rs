@@ -47,10 +47,8 @@ impl Profile for Mailgun {
         if let Some(r) = mail.reply_to {
             form.push(("h:Reply-To", r.to_string()));
         }
-        if let Some(h) = mail.one_click() {
-            let [(_, list), (_, post)] = h.pairs();
-            form.push(("h:List-Unsubscribe", list.to_string()));
-            form.push(("h:List-Unsubscribe-Post", post.to_string()));
+        for (name, value) in mail.headers().into_iter().flat_map(|h| h.pairs()) {
+            form.push((mailgun_header(name), value.to_string()));
         }
         let mut out = Outgoing::new(format!("/v3/{}/messages", self.domain), Body::Form(form))
             .header("Accept", "application/json");
@@ -76,5 +74,14 @@ impl Profile for Mailgun {
             }
             _ => answer::generic(a),
         }
+    }
+}
+
+/// Mailgun's form field of one of our headers (`h:` and its name).
+fn mailgun_header(name: &'static str) -> &'static str {
+    match name {
+        "List-Unsubscribe" => "h:List-Unsubscribe",
+        "List-Unsubscribe-Post" => "h:List-Unsubscribe-Post",
+        _ => "h:Feedback-ID",
     }
 }

@@ -73,6 +73,8 @@ pub struct Settings {
     pub campaign_id: String,
     /// `LIST_UNSUBSCRIBE=ours`: every mail's one-click link.
     pub links: Option<crate::unsubscribe::Links>,
+    /// `FEEDBACK_ID`: every mail's `Feedback-ID` value (the campaign's, whole).
+    pub feedback_id: Option<String>,
 }
 
 #[derive(Clone)]
@@ -87,6 +89,7 @@ pub struct Provider {
     campaign_id: String,
     /// `LIST_UNSUBSCRIBE=ours`: every mail's one-click link.
     links: Option<crate::unsubscribe::Links>,
+    feedback_id: Option<String>,
 }
 
 impl Provider {
@@ -117,6 +120,7 @@ impl Provider {
             profile: s.profile,
             campaign_id: s.campaign_id,
             links: s.links,
+            feedback_id: s.feedback_id,
         })
     }
 
@@ -176,6 +180,7 @@ impl Provider {
             template: &letter.template,
             data,
             unsubscribe: link.as_ref(),
+            feedback_id: self.feedback_id.as_deref(),
         };
         if let Some(creds) = self.profile.aws_credentials() {
             if let Err(e) = creds.ensure_fresh(&self.client).await {

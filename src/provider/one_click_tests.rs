@@ -30,6 +30,7 @@ fn mail<'a>(
         template: "spring",
         data: Some(data),
         unsubscribe: link,
+        feedback_id: None,
     }
 }
 
@@ -136,7 +137,7 @@ fn headers_and_data(vendor: &str, b: &Value) -> (Vec<(String, String)>, Value) {
                 .filter_map(|(k, v)| {
                     Some((k.strip_prefix("h:")?.to_string(), v.as_str()?.to_string()))
                 })
-                .filter(|(k, _)| k.starts_with("List-"))
+                .filter(|(k, _)| k.starts_with("List-") || k == "Feedback-ID")
                 .collect(),
             text(&b["t:variables"]),
         ),
@@ -226,4 +227,42 @@ fn the_json_contract_has_data_only_when_the_row_or_the_link_gives_some() {
         body(&p, &only_link)["data"],
         json!({"unsubscribe_url": l.url})
     );
+}
+
+/// Gmail's Feedback Loop header through every profile, as each vendor takes headers: one per
+/// mail, after the one-click pair or alone, its value as `RunConfig::feedback_header` made it
+/// (no address, no member id).
+#[test]
+fn every_profile_carries_one_feedback_id_and_no_address_in_it() {
+    let data = serde_json::Map::new();
+    let l = link();
+    let value = "c1:sendgrid:bulk:news2026";
+    for (vendor, p) in six(false, None) {
+        for with_link in [Some(&l), None] {
+            let m = Mail {
+                feedback_id: Some(value),
+                ..mail(&data, with_link)
+            };
+            let b = body(p.as_ref(), &m);
+            let (headers, _) = headers_and_data(vendor, &b);
+            let feedback: Vec<&(String, String)> =
+                headers.iter().filter(|(k, _)| k == "Feedback-ID").collect();
+            assert_eq!(feedback.len(), 1, "{vendor}: {b}");
+            assert_eq!(feedback[0].1, value, "{vendor}");
+            assert_eq!(
+                headers.len(),
+                if with_link.is_some() { 3 } else { 1 },
+                "{vendor}"
+            );
+            assert!(
+                !feedback[0].1.contains('@') && !feedback[0].1.contains("42"),
+                "{vendor}"
+            );
+        }
+        let plain = body(p.as_ref(), &mail(&data, None));
+        assert!(
+            !plain.to_string().contains("Feedback-ID"),
+            "{vendor}: {plain}"
+        );
+    }
 }

@@ -81,7 +81,7 @@ impl Profile for Postmark {
             },
             message_stream: &self.message_stream,
             reply_to: mail.reply_to,
-            headers: mail.one_click().map(|h| h.as_name_value()),
+            headers: mail.headers().map(|h| h.as_name_value()),
         };
         Ok(Outgoing::new("/email/withTemplate", Body::json(&body))
             .header("Accept", "application/json")

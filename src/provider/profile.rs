@@ -31,6 +31,9 @@ pub struct Mail<'a> {
     /// With `LIST_UNSUBSCRIBE=ours`: this mail's one-click link, sent as the two RFC 8058
     /// headers and as the template data's `unsubscribe_url` ([`crate::unsubscribe`]).
     pub unsubscribe: Option<&'a Link>,
+    /// With `FEEDBACK_ID`: Gmail's Feedback Loop header value, `campaign:vendor:bulk:SenderId`
+    /// (no address, no member id: `RunConfig::feedback_id`).
+    pub feedback_id: Option<&'a str>,
 }
 
 impl fmt::Debug for Mail<'_> {
@@ -59,11 +62,14 @@ impl<'a> Mail<'a> {
         self.data.is_some() || self.unsubscribe.is_some()
     }
 
-    /// The RFC 8058 headers of our one-click link, if the mail has one.
-    pub fn one_click(&self) -> Option<OneClick<'a>> {
-        self.unsubscribe.map(|l| OneClick {
-            list_unsubscribe: l.header.as_str(),
-        })
+    /// The headers of ours the mail carries — the RFC 8058 pair of our one-click link, Gmail's
+    /// `Feedback-ID` — if any.
+    pub fn headers(&self) -> Option<Headers<'a>> {
+        let h = Headers {
+            list_unsubscribe: self.unsubscribe.map(|l| l.header.as_str()),
+            feedback_id: self.feedback_id,
+        };
+        (h.list_unsubscribe.is_some() || h.feedback_id.is_some()).then_some(h)
     }
 
     /// The template data as a JSON string (SES's `TemplateData`, Mailgun's `t:variables`).
@@ -113,27 +119,34 @@ impl Serialize for Data<'_> {
     }
 }
 
-/// The two headers of RFC 8058 one-click unsubscribe: `List-Unsubscribe` (our HTTPS link, a
-/// mailto after it if set) and `List-Unsubscribe-Post: List-Unsubscribe=One-Click`. Serialized
-/// as the vendors take headers: an object of name → value ([`OneClick::as_object`]) or a list
-/// of `{"Name", "Value"}` ([`OneClick::as_name_value`]).
+/// The headers of ours a mail carries: the two of RFC 8058 one-click unsubscribe —
+/// `List-Unsubscribe` (our HTTPS link, a mailto after it if set) and `List-Unsubscribe-Post:
+/// List-Unsubscribe=One-Click` — with our link, and Gmail's `Feedback-ID` with `FEEDBACK_ID`
+/// (one such header per mail). Serialized as the vendors take headers: an object of name →
+/// value ([`Headers::as_object`]) or a list of `{"Name", "Value"}` ([`Headers::as_name_value`]).
 #[derive(Clone, Copy)]
-pub struct OneClick<'a> {
-    pub list_unsubscribe: &'a str,
+pub struct Headers<'a> {
+    pub list_unsubscribe: Option<&'a str>,
+    pub feedback_id: Option<&'a str>,
 }
 
-impl<'a> OneClick<'a> {
-    pub const NAMES: [&'static str; 2] = ["List-Unsubscribe", "List-Unsubscribe-Post"];
+impl<'a> Headers<'a> {
+    pub const ONE_CLICK: [&'static str; 2] = ["List-Unsubscribe", "List-Unsubscribe-Post"];
+    pub const FEEDBACK_ID: &'static str = "Feedback-ID";
 
-    /// (name, value), in the order RFC 8058 writes them.
-    pub fn pairs(self) -> [(&'static str, &'a str); 2] {
-        [
-            (Self::NAMES[0], self.list_unsubscribe),
-            (Self::NAMES[1], crate::unsubscribe::ONE_CLICK),
-        ]
+    /// (name, value), the RFC 8058 pair in the order it writes them, then `Feedback-ID`.
+    pub fn pairs(self) -> impl Iterator<Item = (&'static str, &'a str)> {
+        let one_click = self.list_unsubscribe.into_iter().flat_map(|l| {
+            [
+                (Self::ONE_CLICK[0], l),
+                (Self::ONE_CLICK[1], crate::unsubscribe::ONE_CLICK),
+            ]
+        });
+        one_click.chain(self.feedback_id.map(|f| (Self::FEEDBACK_ID, f)))
     }
 
-    /// `{"List-Unsubscribe": …, "List-Unsubscribe-Post": …}` (SendGrid, Resend, our contract).
+    /// `{"List-Unsubscribe": …, "List-Unsubscribe-Post": …, "Feedback-ID": …}` (SendGrid,
+    /// Resend, our contract).
     pub fn as_object(self) -> HeaderObject<'a> {
         HeaderObject(self)
     }
@@ -145,11 +158,11 @@ impl<'a> OneClick<'a> {
 }
 
 #[derive(Clone, Copy)]
-pub struct HeaderObject<'a>(OneClick<'a>);
+pub struct HeaderObject<'a>(Headers<'a>);
 
 impl Serialize for HeaderObject<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(Some(2))?;
+        let mut m = s.serialize_map(None)?;
         for (k, v) in self.0.pairs() {
             m.serialize_entry(k, v)?;
         }
@@ -158,7 +171,7 @@ impl Serialize for HeaderObject<'_> {
 }
 
 #[derive(Clone, Copy)]
-pub struct HeaderList<'a>(OneClick<'a>);
+pub struct HeaderList<'a>(Headers<'a>);
 
 impl Serialize for HeaderList<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -169,7 +182,7 @@ impl Serialize for HeaderList<'_> {
             name: &'a str,
             value: &'a str,
         }
-        let mut seq = s.serialize_seq(Some(2))?;
+        let mut seq = s.serialize_seq(None)?;
         for (name, value) in self.0.pairs() {
             seq.serialize_element(&NameValue { name, value })?;
         }

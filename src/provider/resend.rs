@@ -69,7 +69,7 @@ impl Profile for Resend {
                 variables: mail.data(),
             },
             reply_to: mail.reply_to,
-            headers: mail.one_click().map(|h| h.as_object()),
+            headers: mail.headers().map(|h| h.as_object()),
         };
         Ok(Outgoing::new("/emails", Body::json(&body))
             .header("Authorization", format!("Bearer {}", self.api_key.expose()))

@@ -109,7 +109,7 @@ impl Profile for SendGrid {
                     name: None,
                 }],
                 dynamic_template_data: mail.data(),
-                headers: mail.one_click().map(|h| h.as_object()),
+                headers: mail.headers().map(|h| h.as_object()),
             }],
             categories: [format!("campaign-{}", mail.campaign_id)],
             custom_args: Tags {

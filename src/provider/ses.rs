@@ -124,7 +124,7 @@ impl Ses {
                     template_name: (!arn).then_some(mail.template),
                     template_arn: arn.then_some(mail.template),
                     template_data: mail.data_text(),
-                    headers: mail.one_click().map(|h| h.as_name_value()),
+                    headers: mail.headers().map(|h| h.as_name_value()),
                 },
             },
             from_email_address: mail.from.unwrap_or_default(),

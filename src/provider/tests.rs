@@ -23,6 +23,7 @@ fn mail<'a>(template: &'a str, data: &'a serde_json::Map<String, Value>) -> Mail
         template,
         data: Some(data),
         unsubscribe: None,
+        feedback_id: None,
     }
 }
 
