@@ -528,3 +528,13 @@ fn ses_signs_with_web_identity_keys_once_held_and_hands_them_to_the_client_to_re
         .unwrap()
         .contains("Credential=ASIATEMP/"));
 }
+
+/// SES alone names a limit on a header's value (870 printable ASCII); the start checks the
+/// longest `List-Unsubscribe` against it.
+#[test]
+fn only_ses_names_a_header_value_limit() {
+    for kind in Kind::ALL {
+        let expected = (kind == Kind::Ses).then_some(870);
+        assert_eq!(kind.header_value_limit(), expected, "{kind:?}");
+    }
+}
