@@ -74,7 +74,7 @@ $$;
 -- Nothing by default: only the grants below.
 REVOKE ALL ON campaign_targets, rate_limits, rate_pods, rate_usage, campaigns, job_budgets,
     suppressions, campaign_archive, archived_campaigns, _sqlx_migrations, provider_events,
-    webhook_tokens, campaign_tallies, campaign_strikes, soft_bounces, campaign_family_tallies FROM campaign_sender_worker, campaign_sender_operator, campaign_sender_keda,
+    webhook_tokens, campaign_tallies, campaign_strikes, soft_bounces, campaign_family_tallies, sender_refused FROM campaign_sender_worker, campaign_sender_operator, campaign_sender_keda,
     campaign_sender_events, campaign_sender_web;
 GRANT USAGE ON SCHEMA public TO campaign_sender_worker, campaign_sender_operator,
     campaign_sender_keda, campaign_sender_events, campaign_sender_web;
@@ -107,6 +107,8 @@ GRANT SELECT ON _sqlx_migrations TO campaign_sender_events;
 GRANT SELECT, INSERT, UPDATE ON campaign_tallies TO campaign_sender_events;
 GRANT SELECT, INSERT ON campaign_strikes TO campaign_sender_events;
 GRANT SELECT, INSERT, UPDATE ON campaign_family_tallies TO campaign_sender_events;
+-- The addresses refused for our domain's fault: a vendor's later drop of them lists nobody.
+GRANT SELECT, INSERT ON sender_refused TO campaign_sender_events;
 GRANT SELECT, INSERT (campaign_id, paused_at, paused_by, pause_reason),
       UPDATE (paused_at, paused_by, pause_reason, updated_at)
     ON campaigns TO campaign_sender_events;
@@ -137,6 +139,8 @@ GRANT SELECT, INSERT, DELETE ON job_budgets TO campaign_sender_worker;
 -- The fenced finish adds the mails it wrote `sent` to the campaign's tally (the brake's base).
 GRANT SELECT, INSERT, UPDATE ON campaign_tallies TO campaign_sender_worker;
 GRANT SELECT, INSERT, UPDATE ON campaign_family_tallies TO campaign_sender_worker;
+-- Postmark's inactive recipient is not listed when its inactivity is our refusal's.
+GRANT SELECT ON sender_refused TO campaign_sender_worker;
 GRANT SELECT ON _sqlx_migrations TO campaign_sender_worker;
 
 GRANT SELECT ON campaign_targets, rate_limits, rate_pods, rate_usage, _sqlx_migrations

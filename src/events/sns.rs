@@ -226,6 +226,10 @@ pub fn parse_ses(message: &str, sns_id: &str) -> Result<Vec<Event>, BadBody> {
                 e.pointer("/bounce/bounceType").and_then(Value::as_str),
                 e.pointer("/bounce/bounceSubType").and_then(Value::as_str),
             ) {
+                // Not sent: the address is on SES's own list (a drop, as the others say it).
+                (Some("Permanent"), Some("Suppressed" | "OnAccountSuppressionList")) => {
+                    What::Dropped
+                }
                 (Some("Permanent"), _) => What::HardBounce,
                 (Some("Transient"), sub) if recipients_transient(sub) => What::SoftBounce,
                 _ => What::Deferred,

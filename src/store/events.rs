@@ -282,17 +282,32 @@ async fn insert_new(
     Ok(rows.into_iter().collect())
 }
 
-/// Invariant: an event lists its address for its reason, in every form
+/// Invariants: an event lists its address for its reason, in every form
 /// ([`crate::fold::listings`]); a listing already there (that reason, from any source) keeps
 /// its time and source, and no other reason of the address is touched; an event never lifts
-/// one (`suppress --remove` is the only way off).
+/// one (`suppress --remove` is the only way off); a vendor's drop (`Dropped`: its own list) of
+/// an address once refused for our domain's fault (`sender_refused`) lists nobody — the
+/// vendor listed it after our refusal, not for the recipient.
 // language=PostgreSQL
 const SUPPRESS: &str = r#"
     INSERT INTO suppressions (email, reason, source)
     SELECT DISTINCT email_fold(e.email), e.reason, $1
-      FROM unnest($2::text[], $3::text[]) AS e(email, reason)
+      FROM unnest($2::text[], $3::text[], $4::bool[]) AS e(email, reason, dropped)
      WHERE email_fold(e.email) <> ''
+       AND NOT (e.dropped AND EXISTS (SELECT 1 FROM sender_refused r
+                                       WHERE r.email = email_fold(e.email)))
     ON CONFLICT (email, reason) DO NOTHING
+"#;
+
+/// Invariant: an address refused for our domain's fault is kept in every form, its first
+/// refusal's provider and cause.
+// language=PostgreSQL
+const REFUSED: &str = r#"
+    INSERT INTO sender_refused (email, family, cause)
+    SELECT DISTINCT ON (email_fold(e.email)) email_fold(e.email), e.family, e.cause
+      FROM unnest($1::text[], $2::text[], $3::text[]) AS e(email, family, cause)
+     WHERE email_fold(e.email) <> ''
+    ON CONFLICT (email) DO NOTHING
 "#;
 
 async fn suppress(
@@ -300,7 +315,26 @@ async fn suppress(
     vendor: &str,
     events: &[&Event],
 ) -> Result<u64, sqlx::Error> {
-    let (mut emails, mut reasons) = (Vec::new(), Vec::new());
+    let (mut refused, mut families, mut causes) = (Vec::new(), Vec::new(), Vec::new());
+    for e in events.iter().filter(|e| e.what == What::Refused) {
+        let (Some(email), Some(r)) = (e.email.as_deref(), e.refusal.as_ref()) else {
+            continue;
+        };
+        for form in crate::fold::listings(email) {
+            refused.push(form);
+            families.push(r.family.as_str());
+            causes.push(r.cause.as_str());
+        }
+    }
+    if !refused.is_empty() {
+        sqlx::query(REFUSED)
+            .bind(&refused)
+            .bind(&families)
+            .bind(&causes)
+            .execute(&mut *tx)
+            .await?;
+    }
+    let (mut emails, mut reasons, mut dropped) = (Vec::new(), Vec::new(), Vec::new());
     for e in events {
         let (Some(email), Some(reason)) = (e.email.as_deref(), e.what.effect().suppress) else {
             continue;
@@ -308,6 +342,7 @@ async fn suppress(
         for form in crate::fold::listings(email) {
             emails.push(form);
             reasons.push(reason.as_str());
+            dropped.push(e.what == What::Dropped);
         }
     }
     if emails.is_empty() {
@@ -317,6 +352,7 @@ async fn suppress(
         .bind(vendor)
         .bind(&emails)
         .bind(&reasons)
+        .bind(&dropped)
         .execute(&mut *tx)
         .await?;
     Ok(r.rows_affected())

@@ -456,7 +456,8 @@ impl Store {
     /// - `sent` keeps the vendor's message id (`provider_message_id`), which its events name;
     /// - a row the vendor refused as inactive becomes `suppressed` and, in the same statement,
     ///   its address is listed in `suppressions` for `inactive` (beside any other reason), so
-    ///   no campaign mails it again; the other form of an internationalised domain, which SQL
+    ///   no campaign mails it again — unless it was refused for our domain's fault before
+    ///   (`sender_refused`: Postmark deactivated it for our refusal, not the recipient's); the other form of an internationalised domain, which SQL
     ///   cannot compute, is added by [`super::suppressions::complete_forms`] within the hour;
     /// - a row written `unconfirmed` (an unknown outcome under a vendor without idempotency
     ///   keys) is out of the work set at once: never sent again blindly;
@@ -524,6 +525,7 @@ impl Store {
                 SELECT DISTINCT email_fold(email), 'inactive', 'finish'
                   FROM written
                  WHERE state = 'suppressed' AND email_fold(email) <> ''
+                   AND NOT EXISTS (SELECT 1 FROM sender_refused r WHERE r.email = email_fold(email))
                 ON CONFLICT (email, reason) DO NOTHING
             ),
             tallied AS (

@@ -556,4 +556,21 @@ async fn a_refusal_of_our_domain_suppresses_nobody_and_is_kept_with_its_cause(po
             .await
             .unwrap();
     assert_eq!(strikes, 1, "the sender's refusal counts in no bounce line");
+
+    // SendGrid then lists ann on its own bounce list, after our refusal: its next drop of ann
+    // lists nobody; a drop of an address never refused for our fault lists it as before.
+    let drops = serde_json::json!([
+        {"email": "ANN@gmail.com", "event": "dropped", "reason": "Bounced Address",
+         "sg_event_id": "sg-drop-ann", "timestamp": now_s(), "campaign_id": "next", "member_id": "1"},
+        {"email": "cy@example.org", "event": "dropped", "reason": "Bounced Address",
+         "sg_event_id": "sg-drop-cy", "timestamp": now_s(), "campaign_id": "next", "member_id": "3"}
+    ])
+    .to_string();
+    assert_eq!(post(&url, &sendgrid_signed(&drops, &ts), &drops).await, 200);
+    let emails: Vec<String> = listed(&pool).await.into_iter().map(|(e, _, _)| e).collect();
+    assert_eq!(
+        emails,
+        ["bo@gmail.com", "cy@example.org"],
+        "ann's drop is our refusal's"
+    );
 }
