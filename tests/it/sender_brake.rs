@@ -13,6 +13,7 @@ use sqlx::PgPool;
 
 use crate::events::*;
 use crate::helpers::*;
+use crate::vendors::{base_of, configure_sender, vendor_config};
 
 /// `n` members of the campaign at Gmail.
 async fn seed_gmail(pool: &PgPool, n: i64) {
@@ -67,13 +68,14 @@ async fn listed(pool: &PgPool) -> i64 {
         .unwrap()
 }
 
-/// The real worker sends to Gmail addresses; at a few hundred sent (under `BRAKE_MIN_SENT`),
+/// The real worker sends to Gmail addresses through the SendGrid profile; at a few hundred sent (under `BRAKE_MIN_SENT`),
 /// twelve Gmail 5.7.26 refusals of twelve members in one batch are answered 200 only after
 /// the pause is committed; no send starts later than `PAUSE_POLL_MS` after it, the run exits
 /// 3, nobody is suppressed, and the reason names Gmail, the cause and the code.
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn twelve_refusals_of_our_domain_at_gmail_pause_the_campaign_and_list_nobody(pool: PgPool) {
     seed_gmail(&pool, 3000).await;
+    configure_sender(&pool).await;
     let url = format!(
         "{}/events/sendgrid",
         serve_events(pool.clone(), listeners(false)).await
@@ -94,8 +96,9 @@ async fn twelve_refusals_of_our_domain_at_gmail_pause_the_campaign_and_list_nobo
     )
     .await;
     assert_eq!(code, 0, "{err}");
+    // Sending through the SendGrid profile, as the vendor's webhook reports back.
     let p = slow_provider(150).await;
-    let mut cfg = config(&p.url);
+    let mut cfg = vendor_config("sendgrid", &base_of(&p), &[]);
     cfg.mail_rate_per_s = 400;
     let pause_poll = Duration::from_millis(cfg.pause_poll_ms);
     let w = worker(&pool, cfg).await;

@@ -45,7 +45,7 @@ async fn recorder(r: Arc<Recorder>) -> String {
     format!("http://{addr}")
 }
 
-fn vendor_config(provider: &str, base: &str, extra: &[(&str, &str)]) -> RunConfig {
+pub(crate) fn vendor_config(provider: &str, base: &str, extra: &[(&str, &str)]) -> RunConfig {
     let mut vars: Vec<(String, String)> = [
         ("CAMPAIGN_ID", CAMPAIGN),
         ("MAIL_PROVIDER", provider),
@@ -70,7 +70,7 @@ fn vendor_config(provider: &str, base: &str, extra: &[(&str, &str)]) -> RunConfi
     RunConfig::from_vars(vars).unwrap()
 }
 
-async fn configure_sender(pool: &PgPool) {
+pub(crate) async fn configure_sender(pool: &PgPool) {
     sqlx::query("INSERT INTO campaigns (campaign_id, template, from_address) VALUES ($1, 'spring', 'News <news@example.com>')")
         .bind(CAMPAIGN)
         .execute(pool)
@@ -95,7 +95,7 @@ const VENDORS: [(&str, &[(&str, &str)]); 5] = [
 ];
 
 /// The fake's base URL (it serves every vendor's path).
-fn base_of(p: &TestProvider) -> String {
+pub(crate) fn base_of(p: &TestProvider) -> String {
     p.url.trim_end_matches("/v1/send").to_string()
 }
 
