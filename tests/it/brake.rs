@@ -4,8 +4,6 @@
 
 use std::time::{Duration, Instant};
 
-use campaign_sender::exit;
-use campaign_sender::report::StopReason;
 use campaign_sender::store::campaigns;
 use serde_json::{json, Value};
 use sqlx::PgPool;
@@ -98,25 +96,7 @@ async fn a_complaint_over_the_line_pauses_the_sending_campaign_at_once(pool: PgP
         "{reason}"
     );
 
-    let report = tokio::time::timeout(Duration::from_secs(10), run)
-        .await
-        .expect("the worker did not stop after the brake")
-        .unwrap()
-        .unwrap();
-    assert_eq!(report.reason, StopReason::Paused, "{report:?}");
-    assert_eq!(report.exit_code, exit::Exit::Paused);
-    let last_start = p
-        .fake
-        .deliveries()
-        .iter()
-        .map(|d| d.first_ms)
-        .max()
-        .unwrap();
-    assert!(
-        last_start <= paused_ms + pause_poll.as_millis() as u64,
-        "a send started {} ms after the brake",
-        last_start - paused_ms
-    );
+    stopped_by_the_brake(run, &p, paused_ms, pause_poll).await;
     let sent = *states(&pool).await.get("sent").unwrap();
     assert!(sent < 3000);
     assert_eq!(

@@ -21,15 +21,7 @@ pub const RESEND: std::time::Duration = std::time::Duration::from_secs(86_400 - 
 
 /// Members 1..=n of `campaign`, each with a plausible address.
 pub async fn seed(pool: &PgPool, campaign: &str, n: i64) {
-    sqlx::query(
-        "INSERT INTO campaign_targets (campaign_id, member_id, email)
-         SELECT $1, g, 'member' || g || '@example.com' FROM generate_series(1, $2) g",
-    )
-    .bind(campaign)
-    .bind(n)
-    .execute(pool)
-    .await
-    .unwrap();
+    seed_at(pool, campaign, n, "example.com").await;
 }
 
 /// Members `ids` as a retry left them: `pending`, one attempt spent, not claimable for a second.
@@ -618,4 +610,53 @@ pub fn written(
     results: &[(i64, campaign_sender::outcome::Resolution)],
 ) -> Vec<(i64, campaign_sender::store::Written)> {
     results.iter().map(|(m, r)| (*m, r.written())).collect()
+}
+
+/// A worker's run the brake paused at `paused_ms`: it ends within 10 s as paused (exit 3), and
+/// no send started later than `pause_poll` after the pause.
+pub async fn stopped_by_the_brake(
+    run: tokio::task::JoinHandle<
+        Result<campaign_sender::report::RunReport, campaign_sender::worker::RunError>,
+    >,
+    p: &TestProvider,
+    paused_ms: u64,
+    pause_poll: Duration,
+) {
+    let report = tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .expect("the worker did not stop after the brake")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        report.reason,
+        campaign_sender::report::StopReason::Paused,
+        "{report:?}"
+    );
+    assert_eq!(report.exit_code, campaign_sender::exit::Exit::Paused);
+    let last_start = p
+        .fake
+        .deliveries()
+        .iter()
+        .map(|d| d.first_ms)
+        .max()
+        .unwrap();
+    assert!(
+        last_start <= paused_ms + pause_poll.as_millis() as u64,
+        "a send started {} ms after the brake",
+        last_start - paused_ms
+    );
+}
+
+/// `n` members of `campaign`, `member{g}@{domain}`.
+pub async fn seed_at(pool: &PgPool, campaign: &str, n: i64, domain: &str) {
+    sqlx::query(
+        "INSERT INTO campaign_targets (campaign_id, member_id, email)
+         SELECT $1, g, 'member' || g || '@' || $3 FROM generate_series(1, $2) g",
+    )
+    .bind(campaign)
+    .bind(n)
+    .bind(domain)
+    .execute(pool)
+    .await
+    .unwrap();
 }

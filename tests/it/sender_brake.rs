@@ -5,8 +5,6 @@
 
 use std::time::{Duration, Instant};
 
-use campaign_sender::exit;
-use campaign_sender::report::StopReason;
 use campaign_sender::store::event::Family;
 use serde_json::{json, Value};
 use sqlx::PgPool;
@@ -17,15 +15,7 @@ use crate::vendors::{base_of, configure_sender, vendor_config};
 
 /// `n` members of the campaign at Gmail.
 async fn seed_gmail(pool: &PgPool, n: i64) {
-    sqlx::query(
-        "INSERT INTO campaign_targets (campaign_id, member_id, email)
-         SELECT $1, g, 'member' || g || '@gmail.com' FROM generate_series(1, $2) g",
-    )
-    .bind(CAMPAIGN)
-    .bind(n)
-    .execute(pool)
-    .await
-    .unwrap();
+    seed_at(pool, CAMPAIGN, n, "gmail.com").await;
 }
 
 /// Gmail refusing our domain as unauthenticated, for `member`, as SendGrid reports it.
@@ -125,25 +115,7 @@ async fn twelve_refusals_of_our_domain_at_gmail_pause_the_campaign_and_list_nobo
             && reason.contains("check SPF, DKIM and DMARC"),
         "{reason}"
     );
-    let report = tokio::time::timeout(Duration::from_secs(10), run)
-        .await
-        .expect("the worker did not stop after the brake")
-        .unwrap()
-        .unwrap();
-    assert_eq!(report.reason, StopReason::Paused, "{report:?}");
-    assert_eq!(report.exit_code, exit::Exit::Paused);
-    let last_start = p
-        .fake
-        .deliveries()
-        .iter()
-        .map(|d| d.first_ms)
-        .max()
-        .unwrap();
-    assert!(
-        last_start <= paused_ms + pause_poll.as_millis() as u64,
-        "a send started {} ms after the brake",
-        last_start - paused_ms
-    );
+    stopped_by_the_brake(run, &p, paused_ms, pause_poll).await;
     assert_eq!(
         listed(&pool).await,
         0,
