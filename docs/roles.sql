@@ -107,8 +107,9 @@ GRANT SELECT ON _sqlx_migrations TO campaign_sender_events;
 GRANT SELECT, INSERT, UPDATE ON campaign_tallies TO campaign_sender_events;
 GRANT SELECT, INSERT ON campaign_strikes TO campaign_sender_events;
 GRANT SELECT, INSERT, UPDATE ON campaign_family_tallies TO campaign_sender_events;
--- The addresses refused for our domain's fault: a vendor's later drop of them lists nobody.
-GRANT SELECT, INSERT ON sender_refused TO campaign_sender_events;
+-- The addresses refused for our domain's fault: a vendor's later drop of them lists nobody; a
+-- new refusal clears when the vendor last lifted the address.
+GRANT SELECT, INSERT, UPDATE (lifted_at) ON sender_refused TO campaign_sender_events;
 GRANT SELECT, INSERT (campaign_id, paused_at, paused_by, pause_reason),
       UPDATE (paused_at, paused_by, pause_reason, updated_at)
     ON campaigns TO campaign_sender_events;
@@ -158,6 +159,9 @@ GRANT UPDATE (state, attempts, not_before, lease_until, updated_at, sent_at, las
 GRANT SELECT, INSERT, UPDATE, DELETE ON suppressions TO campaign_sender_operator;
 -- status shows a campaign's funnel from the events.
 GRANT SELECT ON provider_events TO campaign_sender_operator;
+-- `suppress --lift-at-vendor` lifts at the vendor the addresses refused for our domain's fault
+-- and records when.
+GRANT SELECT, UPDATE (lifted_at) ON sender_refused TO campaign_sender_operator;
 -- `status` of an archived campaign; `archive` itself runs as the owner (it deletes rows).
 GRANT SELECT ON campaign_archive, archived_campaigns TO campaign_sender_operator;
 GRANT SELECT, INSERT, UPDATE ON campaigns TO campaign_sender_operator;

@@ -155,7 +155,7 @@ if literals[:1] != [campaign] or campaign in literals[1:]:
     sys.exit(f"the KEDA query counts {literals[:1]}, the ConfigMap's CAMPAIGN_ID is {campaign!r}")
 print(f"KEDA counts the backlog of {campaign!r}")
 PY
-for overrides in pod-overrides archive-overrides; do
+for overrides in pod-overrides archive-overrides vendor-overrides; do
 echo "== operator/$overrides.json (as \`kubectl run … --override-type=strategic\` completes it)"
 python3 - "$tmp/operator-pod.json" "manifests/operator/$overrides.json" <<'PY'
 import json, sys

@@ -27,7 +27,8 @@
 //!   exports; `POST /suppressions` `[{"email", "reason"}]` adds to it. A request for a listed
 //!   address (any case) is not delivered: our contract answers `suppressed_status` (406, as an
 //!   "inactive recipient"), Postmark 422 / ErrorCode 406, the others accept and drop it (as they
-//!   do), after the idempotency check.
+//!   do), after the idempotency check. Each vendor's API that takes an address off that list
+//!   (`suppress --lift-at-vendor`) answers in its words ([`lists`]).
 //! - Key retention (`idempotency_window`) and the "answered too late" fault
 //!   (`late_per_million`, `late_ms`: delivered, then the answer held past the client's timeout).
 //! - `POST /chaos` `{"kind": "storm429" | "burst5xx" | "stall" | "refuse" | "off", "seconds",
@@ -53,6 +54,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::Value;
 
+mod lists;
 mod types;
 pub mod vendors;
 pub use types::*;
@@ -312,6 +314,16 @@ impl FakeProvider {
         });
         v.sort_by(|a, b| a.email.cmp(&b.email));
         v
+    }
+
+    /// Takes an address (any case) off the suppression list; whether it was on it.
+    pub fn unsuppress(&self, email: &str) -> bool {
+        self.with(|i| i.suppressed.remove(&email.to_lowercase()).is_some())
+    }
+
+    /// The reason an address (any case) is listed for, if it is.
+    pub fn listed_for(&self, email: &str) -> Option<String> {
+        self.with(|i| i.suppressed.get(&email.to_lowercase()).cloned())
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
@@ -614,6 +626,7 @@ pub fn router(p: Arc<FakeProvider>) -> Router {
         )
         .route("/workers", get(workers))
         .route("/healthz", get(|| async { "ok" }))
+        .merge(lists::routes())
         .with_state(p)
 }
 

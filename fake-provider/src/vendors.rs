@@ -66,7 +66,7 @@ impl Contract {
     }
 
     /// Whether the auth header carries `key` in this vendor's way.
-    fn authorized(self, headers: &HeaderMap, key: &str) -> bool {
+    pub(crate) fn authorized(self, headers: &HeaderMap, key: &str) -> bool {
         let h = |n: &str| headers.get(n).and_then(|v| v.to_str().ok()).unwrap_or("");
         match self {
             Contract::Json | Contract::Sendgrid | Contract::Resend => {

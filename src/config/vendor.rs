@@ -32,6 +32,26 @@ impl RunConfig {
             .map_err(|e| ConfigError::new("MAIL_URL", format!("no HTTP client for it: {e}")))
     }
 
+    /// The vendor's settings as `run` reads them from `vars`, for an operator command that
+    /// calls the vendor but sends no mail (`suppress --lift-at-vendor`): `CAMPAIGN_ID` is the
+    /// campaign named on the command line, and what only a mail carries — our one-click links
+    /// (`LIST_UNSUBSCRIBE`, `UNSUBSCRIBE_*`) and `FEEDBACK_ID` — is not read.
+    pub fn for_vendor_calls(
+        campaign: &str,
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let mail_only = |k: &str| {
+            matches!(k, "CAMPAIGN_ID" | "LIST_UNSUBSCRIBE" | "FEEDBACK_ID")
+                || k.starts_with("UNSUBSCRIBE_")
+        };
+        let kept = vars.into_iter().filter(|(k, _)| !mail_only(k));
+        let ours = [
+            ("CAMPAIGN_ID".to_string(), campaign.to_string()),
+            ("LIST_UNSUBSCRIBE".to_string(), "none".to_string()),
+        ];
+        <Self as super::FromEnv>::from_vars(kept.chain(ours))
+    }
+
     /// The CA certificates of `MAIL_CA_FILE` (none when unset), read and parsed: a file that
     /// cannot be read or holds no certificate is a configuration error, checked at start.
     pub fn mail_roots(&self) -> Result<Vec<reqwest::Certificate>, ConfigError> {

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
-use super::profile::Answer;
+use super::profile::{Answer, Unlisted};
 use crate::outcome::{classify, parse_retry_after, Attempt, ErrorClass, Refusal, Refusals};
 
 /// The generic table (2xx sent, 429 throttled, 5xx retried, other 4xx permanent; 401/403 the
@@ -82,5 +82,23 @@ pub fn quota(a: &Answer<'_>, frees_in: Option<Duration>) -> Attempt {
     Attempt::Quota {
         status: a.status,
         frees_in,
+    }
+}
+
+/// The table the vendors share for a lift off their own list (`suppress --lift-at-vendor`):
+/// 2xx lifted, 404 not listed, 429 throttled (`Retry-After`), 401/403 refused, 5xx
+/// unavailable, anything else failed.
+pub fn unlisted(a: &Answer<'_>) -> Unlisted {
+    match a.status {
+        200..=299 => Unlisted::Lifted,
+        404 => Unlisted::NotListed,
+        429 => Unlisted::Throttled {
+            retry_after: retry_after(a),
+        },
+        401 | 403 => Unlisted::Refused { status: a.status },
+        500..=599 => Unlisted::Unavailable {
+            status: Some(a.status),
+        },
+        status => Unlisted::Failed { status },
     }
 }

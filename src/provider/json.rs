@@ -12,7 +12,9 @@ use serde::Serialize;
 
 use super::answer;
 use super::idempotency_key;
-use super::profile::{Answer, Body, BuildError, Data, HeaderObject, Mail, Outgoing, Profile};
+use super::profile::{
+    Answer, Body, BuildError, Data, HeaderObject, Mail, Outgoing, Profile, Unlisted,
+};
 use crate::outcome::{classify, Attempt, Refusals};
 use crate::secret::Secret;
 
@@ -35,6 +37,15 @@ struct Request<'a> {
 }
 
 impl Profile for Json {
+    /// Our contract keeps no suppression list of its own to lift.
+    fn unlist(&self, _email: &str, _now: SystemTime) -> Option<Result<Outgoing, BuildError>> {
+        None
+    }
+
+    fn unlisted(&self, _: &Answer<'_>) -> Unlisted {
+        Unlisted::NoApi
+    }
+
     /// Our contract has no sender field: the relay behind it knows its own.
     fn needs_sender(&self) -> bool {
         false

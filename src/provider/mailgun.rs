@@ -18,7 +18,8 @@
 use std::time::{Duration, SystemTime};
 
 use super::answer;
-use super::profile::{Answer, Body, BuildError, Mail, Outgoing, Profile};
+use super::profile::{Answer, Body, BuildError, Mail, Outgoing, Profile, Unlisted};
+use super::unlist;
 use crate::outcome::{Attempt, Refusal};
 use crate::secret::Secret;
 
@@ -54,6 +55,18 @@ impl Profile for Mailgun {
             .header("Accept", "application/json");
         out.basic = Some(("api".to_string(), self.api_key.expose().to_string()));
         Ok(out)
+    }
+
+    /// "Remove bounce": `DELETE /v3/{domain}/bounces/{address}`.
+    fn unlist(&self, email: &str, _now: SystemTime) -> Option<Result<Outgoing, BuildError>> {
+        let path = format!("/v3/{}/bounces/{}", self.domain, unlist::segment(email));
+        let mut out = Outgoing::delete(path).header("Accept", "application/json");
+        out.basic = Some(("api".to_string(), self.api_key.expose().to_string()));
+        Some(Ok(out))
+    }
+
+    fn unlisted(&self, a: &Answer<'_>) -> Unlisted {
+        answer::unlisted(a)
     }
 
     fn read(&self, a: &Answer<'_>) -> Attempt {

@@ -7,7 +7,9 @@
 //!   the vendors share;
 //! - one file per vendor, each with its answer table in its rustdoc: [`json`] (our own contract,
 //!   the default, spoken by `fake-provider`), [`sendgrid`], [`ses`], [`postmark`], [`mailgun`],
-//!   [`resend`]; [`aws`]: SES's credentials (keys, or web identity through STS).
+//!   [`resend`]; [`aws`]: SES's credentials (keys, or web identity through STS);
+//! - [`unlist`]: an address off the vendor's own suppression list (`suppress
+//!   --lift-at-vendor`), each vendor's request beside its send's.
 //!
 //! Adding a vendor takes: its file here (a [`Profile`]); a [`Kind`] (`kind.rs`: its name, its
 //! public endpoint, whether it honours keys); the arm of `RunConfig::provider`
@@ -42,13 +44,16 @@ pub mod sendgrid;
 pub mod ses;
 #[cfg(test)]
 mod tests;
+pub mod unlist;
+#[cfg(test)]
+mod unlist_tests;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::outcome::{Attempt, ErrorClass};
 pub use kind::{host_of, idempotency_key, Kind, Letter};
-pub use profile::{Answer, Body, BuildError, Mail, Outgoing, Profile};
+pub use profile::{Answer, Body, BuildError, Mail, Outgoing, Profile, Unlisted};
 
 /// At most this much of a response body is read (and then dropped): enough to keep the
 /// connection reusable for normal answers, bounded for a hostile one.
@@ -201,18 +206,7 @@ impl Provider {
                 };
             }
         };
-        let mut req = self.client.post(self.url(&out.path)).timeout(bound);
-        for (name, value) in &out.headers {
-            req = req.header(*name, value);
-        }
-        if let Some((user, password)) = &out.basic {
-            req = req.basic_auth(user, Some(password));
-        }
-        let (content_type, bytes) = out.body.encode();
-        req = req
-            .header(reqwest::header::CONTENT_TYPE, content_type)
-            .body(bytes);
-        match req.send().await {
+        match self.request(out, bound).send().await {
             Ok(resp) => self.read(resp).await,
             // No connection was made (refused, DNS, TLS handshake, connect timeout): the request
             // never left, so no attempt is spent. reqwest marks only connector errors this way;
@@ -237,20 +231,56 @@ impl Provider {
         }
     }
 
-    /// Reads a bounded amount of the answer (so the connection can be reused) and lets the
-    /// profile judge it. The body is never kept or logged: it may echo personal data.
-    async fn read(&self, mut resp: reqwest::Response) -> Attempt {
-        let status = resp.status().as_u16();
-        let headers = resp.headers().clone();
-        let mut body = Vec::new();
-        while body.len() < MAX_BODY_BYTES {
-            match resp.chunk().await {
-                Ok(Some(c)) => {
-                    body.extend_from_slice(&c[..c.len().min(MAX_BODY_BYTES - body.len())])
-                }
-                _ => break,
+    /// `out` as a request, bounded by `bound`.
+    fn request(&self, out: Outgoing, bound: Duration) -> reqwest::RequestBuilder {
+        let mut req = self
+            .client
+            .request(out.method, self.url(&out.path))
+            .timeout(bound);
+        for (name, value) in &out.headers {
+            req = req.header(*name, value);
+        }
+        if let Some((user, password)) = &out.basic {
+            req = req.basic_auth(user, Some(password));
+        }
+        let (content_type, bytes) = out.body.encode();
+        if let Some(content_type) = content_type {
+            req = req.header(reqwest::header::CONTENT_TYPE, content_type);
+        }
+        req.body(bytes)
+    }
+
+    /// Takes `email` off the vendor's own suppression list (`suppress --lift-at-vendor`): one
+    /// request, its answer read by the profile ([`unlist`]'s table). Never logs the address.
+    pub async fn unlist(&self, email: &str) -> Unlisted {
+        let out = match self.profile.unlist(email, SystemTime::now()) {
+            None => return Unlisted::NoApi,
+            Some(Ok(out)) => out,
+            Some(Err(_)) => return Unlisted::Refused { status: 0 },
+        };
+        if let Some(creds) = self.profile.aws_credentials() {
+            if creds.ensure_fresh(&self.client).await.is_err() {
+                return Unlisted::Unavailable { status: None };
             }
         }
+        match self.request(out, self.total).send().await {
+            Ok(resp) => {
+                let (status, headers, body) = read_bounded(resp).await;
+                self.profile.unlisted(&Answer {
+                    status,
+                    headers: &headers,
+                    body: &body,
+                    now: SystemTime::now(),
+                })
+            }
+            Err(_) => Unlisted::Unavailable { status: None },
+        }
+    }
+
+    /// Reads a bounded amount of the answer (so the connection can be reused) and lets the
+    /// profile judge it. The body is never kept or logged: it may echo personal data.
+    async fn read(&self, resp: reqwest::Response) -> Attempt {
+        let (status, headers, body) = read_bounded(resp).await;
         self.profile.read(&Answer {
             status,
             headers: &headers,
@@ -258,4 +288,18 @@ impl Provider {
             now: SystemTime::now(),
         })
     }
+}
+
+/// The status, the headers and at most [`MAX_BODY_BYTES`] of the body of `resp`.
+async fn read_bounded(mut resp: reqwest::Response) -> (u16, reqwest::header::HeaderMap, Vec<u8>) {
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let mut body = Vec::new();
+    while body.len() < MAX_BODY_BYTES {
+        match resp.chunk().await {
+            Ok(Some(c)) => body.extend_from_slice(&c[..c.len().min(MAX_BODY_BYTES - body.len())]),
+            _ => break,
+        }
+    }
+    (status, headers, body)
 }

@@ -21,7 +21,10 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::answer;
-use super::profile::{Answer, Body, BuildError, Data, HeaderList, Mail, Outgoing, Profile, Text};
+use super::profile::{
+    Answer, Body, BuildError, Data, HeaderList, Mail, Outgoing, Profile, Text, Unlisted,
+};
+use super::unlist;
 use crate::outcome::{Attempt, Refusal};
 use crate::secret::Secret;
 
@@ -101,6 +104,39 @@ impl Profile for Postmark {
             (422, Some(INACTIVE_RECIPIENT)) => Attempt::Suppressed { status: a.status },
             (422, Some(c)) if ACCOUNT_CODES.contains(&c) => answer::refused(a, Refusal::Account),
             _ => answer::generic(a),
+        }
+    }
+
+    /// "Delete a suppression" on the stream we send in: `POST
+    /// /message-streams/{stream}/suppressions/delete` (a `HardBounce` one's bounce reactivated).
+    fn unlist(&self, email: &str, _now: SystemTime) -> Option<Result<Outgoing, BuildError>> {
+        let path = format!(
+            "/message-streams/{}/suppressions/delete",
+            unlist::segment(&self.message_stream)
+        );
+        let body = serde_json::json!({"Suppressions": [{"EmailAddress": email}]});
+        Some(Ok(Outgoing::new(path, Body::json(&body))
+            .header("Accept", "application/json")
+            .header(
+                "X-Postmark-Server-Token",
+                self.server_token.expose(),
+            )))
+    }
+
+    /// A 200 says per address `Deleted` or `Failed` (a `SpamComplaint` suppression cannot be
+    /// deleted); other statuses as the vendors' table.
+    fn unlisted(&self, a: &Answer<'_>) -> Unlisted {
+        if !(200..=299).contains(&a.status) {
+            return answer::unlisted(a);
+        }
+        let status = a.json().and_then(|b| {
+            b.pointer("/Suppressions/0/Status")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        });
+        match status.as_deref() {
+            Some("Deleted") => Unlisted::Lifted,
+            _ => Unlisted::Failed { status: a.status },
         }
     }
 }

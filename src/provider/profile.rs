@@ -208,11 +208,12 @@ impl<T: fmt::Display> fmt::Display for Text<T> {
 }
 
 /// A request body: JSON bytes, or form fields sent as `multipart/form-data` (Mailgun's SDK
-/// does), in the order given.
+/// does), in the order given, or none (a `DELETE` of [`Profile::unlist`]).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Body {
     Json(Vec<u8>),
     Form(Vec<(&'static str, String)>),
+    Empty,
 }
 
 impl Body {
@@ -221,15 +222,19 @@ impl Body {
         Body::Json(serde_json::to_vec(value).expect("a request body serializes"))
     }
 
-    /// The content type and the bytes sent. A form is encoded here as `multipart/form-data`,
-    /// in one buffer (see [`multipart`]).
-    pub fn encode(self) -> (String, Vec<u8>) {
+    /// The content type and the bytes sent (no content type for no body). A form is encoded
+    /// here as `multipart/form-data`, in one buffer (see [`multipart`]).
+    pub fn encode(self) -> (Option<String>, Vec<u8>) {
         match self {
-            Body::Json(bytes) => ("application/json".to_string(), bytes),
+            Body::Json(bytes) => (Some("application/json".to_string()), bytes),
             Body::Form(fields) => {
                 let (boundary, bytes) = multipart(&fields);
-                (format!("multipart/form-data; boundary={boundary}"), bytes)
+                (
+                    Some(format!("multipart/form-data; boundary={boundary}")),
+                    bytes,
+                )
             }
+            Body::Empty => (None, Vec::new()),
         }
     }
 }
@@ -269,10 +274,11 @@ pub fn multipart(fields: &[(&'static str, String)]) -> (String, Vec<u8>) {
     (boundary, bytes)
 }
 
-/// A request as a profile builds it: the path appended to the base URL, the headers (auth
-/// included), the body.
+/// A request as a profile builds it: the method (a send is a `POST`), the path appended to the
+/// base URL, the headers (auth included), the body.
 #[derive(Clone, PartialEq)]
 pub struct Outgoing {
+    pub method: reqwest::Method,
     pub path: String,
     pub headers: Vec<(&'static str, String)>,
     pub body: Body,
@@ -284,6 +290,7 @@ impl fmt::Debug for Outgoing {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let names: Vec<&str> = self.headers.iter().map(|(n, _)| *n).collect();
         f.debug_struct("Outgoing")
+            .field("method", &self.method)
             .field("path", &self.path)
             .field("headers", &names)
             .finish_non_exhaustive()
@@ -291,12 +298,22 @@ impl fmt::Debug for Outgoing {
 }
 
 impl Outgoing {
+    /// A `POST` of `body` to `path`.
     pub fn new(path: impl Into<String>, body: Body) -> Self {
         Self {
+            method: reqwest::Method::POST,
             path: path.into(),
             headers: Vec::new(),
             body,
             basic: None,
+        }
+    }
+
+    /// A `DELETE` of `path`, with no body.
+    pub fn delete(path: impl Into<String>) -> Self {
+        Self {
+            method: reqwest::Method::DELETE,
+            ..Self::new(path, Body::Empty)
         }
     }
 
@@ -362,4 +379,34 @@ pub trait Profile: Send + Sync + 'static {
     /// What the vendor's answer means: the vendor's own table of statuses, error codes and
     /// rate-limit headers, and the message id of an accepted mail.
     fn read(&self, answer: &Answer<'_>) -> Attempt;
+
+    /// The request that takes `email` off the vendor's own suppression list (`suppress
+    /// --lift-at-vendor`, [`super::unlist`]), at `now`; `None` where the vendor has no API
+    /// for it (our JSON contract).
+    fn unlist(&self, email: &str, now: SystemTime) -> Option<Result<Outgoing, BuildError>>;
+
+    /// What the vendor's answer to [`Profile::unlist`] means (most: the table the vendors
+    /// share, `answer::unlisted`).
+    fn unlisted(&self, answer: &Answer<'_>) -> Unlisted;
+}
+
+/// What a vendor said to one lift of an address off its own list ([`Profile::unlisted`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unlisted {
+    /// Off the vendor's list: its next campaign reaches the address.
+    Lifted,
+    /// The vendor had not listed it (it never bounced there, or was lifted before).
+    NotListed,
+    /// Too many requests: try again after the wait (the vendor's, when it says).
+    Throttled {
+        retry_after: Option<std::time::Duration>,
+    },
+    /// 401/403: the key may not change the list; nothing more is tried.
+    Refused { status: u16 },
+    /// 5xx, or no answer: the vendor may do it later; try again.
+    Unavailable { status: Option<u16> },
+    /// Any other answer: this address stays listed (printed with its status).
+    Failed { status: u16 },
+    /// The vendor has no API for it.
+    NoApi,
 }

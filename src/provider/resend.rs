@@ -22,7 +22,10 @@ use serde::Serialize;
 
 use super::answer;
 use super::idempotency_key;
-use super::profile::{Answer, Body, BuildError, Data, HeaderObject, Mail, Outgoing, Profile, Text};
+use super::profile::{
+    Answer, Body, BuildError, Data, HeaderObject, Mail, Outgoing, Profile, Text, Unlisted,
+};
+use super::unlist;
 use crate::outcome::{Attempt, ErrorClass};
 use crate::secret::Secret;
 
@@ -95,6 +98,24 @@ impl Profile for Resend {
                 retry_after: wait,
             },
             _ => answer::generic(a),
+        }
+    }
+
+    /// "Remove Suppression": `DELETE /suppressions/{email}` (a private beta of Resend's).
+    fn unlist(&self, email: &str, _now: SystemTime) -> Option<Result<Outgoing, BuildError>> {
+        let path = format!("/suppressions/{}", unlist::segment(email));
+        Some(Ok(Outgoing::delete(path).header(
+            "Authorization",
+            format!("Bearer {}", self.api_key.expose()),
+        )))
+    }
+
+    /// As the vendors' table, but a 404 is not "not listed": an account outside the beta
+    /// may get it too, so the address counts as not lifted.
+    fn unlisted(&self, a: &Answer<'_>) -> Unlisted {
+        match answer::unlisted(a) {
+            Unlisted::NotListed => Unlisted::Failed { status: a.status },
+            read => read,
         }
     }
 }

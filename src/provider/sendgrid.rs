@@ -22,7 +22,10 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::answer;
-use super::profile::{Answer, Body, BuildError, Data, HeaderObject, Mail, Outgoing, Profile, Text};
+use super::profile::{
+    Answer, Body, BuildError, Data, HeaderObject, Mail, Outgoing, Profile, Text, Unlisted,
+};
+use super::unlist;
 use crate::mailbox::Mailbox;
 use crate::outcome::Attempt;
 use crate::secret::Secret;
@@ -125,6 +128,21 @@ impl Profile for SendGrid {
         Ok(Outgoing::new("/v3/mail/send", Body::json(&body))
             .header("Accept", "application/json")
             .header("Authorization", format!("Bearer {}", self.api_key.expose())))
+    }
+
+    /// "Delete a bounce": `DELETE /v3/suppression/bounces/{email}`.
+    fn unlist(&self, email: &str, _now: SystemTime) -> Option<Result<Outgoing, BuildError>> {
+        let path = format!("/v3/suppression/bounces/{}", unlist::segment(email));
+        Some(Ok(Outgoing::delete(path)
+            .header("Accept", "application/json")
+            .header(
+                "Authorization",
+                format!("Bearer {}", self.api_key.expose()),
+            )))
+    }
+
+    fn unlisted(&self, a: &Answer<'_>) -> Unlisted {
+        answer::unlisted(a)
     }
 
     fn read(&self, a: &Answer<'_>) -> Attempt {

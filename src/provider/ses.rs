@@ -31,7 +31,10 @@ use std::sync::Arc;
 
 use super::answer;
 use super::aws::Source;
-use super::profile::{Answer, Body, BuildError, HeaderList, Mail, Outgoing, Profile, Text};
+use super::profile::{
+    Answer, Body, BuildError, HeaderList, Mail, Outgoing, Profile, Text, Unlisted,
+};
+use super::unlist;
 use crate::outcome::{Attempt, Refusal};
 
 /// The longest value of a header SES v2 sets per message (`Content.Template.Headers[].Value`,
@@ -39,6 +42,9 @@ use crate::outcome::{Attempt, Refusal};
 pub const MAX_HEADER_VALUE: usize = 870;
 
 pub const PATH: &str = "/v2/email/outbound-emails";
+
+/// The account suppression list's addresses (`DeleteSuppressedDestination`: a `DELETE` of one).
+pub const SUPPRESSED: &str = "/v2/email/suppression/addresses";
 
 /// The public endpoint of `region`.
 pub fn base(region: &str) -> String {
@@ -138,10 +144,11 @@ impl Ses {
         })
     }
 
-    /// The SigV4 headers (`authorization`, `x-amz-date`, `x-amz-security-token`) for a POST of
-    /// `bytes` with `headers` to `PATH` on this host, at `now`.
+    /// The SigV4 headers (`authorization`, `x-amz-date`, `x-amz-security-token`) for a
+    /// `method` of `bytes` with `headers` to `path` on this host, at `now`.
     fn signature(
         &self,
+        (method, path): (&str, &str),
         headers: &[(&'static str, String)],
         bytes: &[u8],
         now: SystemTime,
@@ -164,9 +171,9 @@ impl Ses {
             .build()
             .map_err(|_| BuildError::Unsigned)?
             .into();
-        let url = format!("https://{}{PATH}", self.host);
+        let url = format!("https://{}{path}", self.host);
         let signable = SignableRequest::new(
-            "POST",
+            method,
             &url,
             headers.iter().map(|(n, v)| (*n, v.as_str())),
             SignableBody::Bytes(bytes),
@@ -202,10 +209,28 @@ impl Profile for Ses {
             ("content-type", "application/json".to_string()),
             ("host", self.host.clone()),
         ];
-        let signed = self.signature(&headers, &bytes, now)?;
+        let signed = self.signature(("POST", PATH), &headers, &bytes, now)?;
         let mut out = Outgoing::new(PATH, Body::Json(bytes)).header("host", self.host.clone());
         out.headers.extend(signed);
         Ok(out)
+    }
+
+    /// `DeleteSuppressedDestination`, signed like a send (no body: the hash of none).
+    fn unlist(&self, email: &str, now: SystemTime) -> Option<Result<Outgoing, BuildError>> {
+        let path = format!("{SUPPRESSED}/{}", unlist::segment(email));
+        let headers = vec![("host", self.host.clone())];
+        Some(
+            self.signature(("DELETE", &path), &headers, &[], now)
+                .map(|signed| {
+                    let mut out = Outgoing::delete(path).header("host", self.host.clone());
+                    out.headers.extend(signed);
+                    out
+                }),
+        )
+    }
+
+    fn unlisted(&self, a: &Answer<'_>) -> Unlisted {
+        answer::unlisted(a)
     }
 
     fn read(&self, a: &Answer<'_>) -> Attempt {

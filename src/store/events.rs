@@ -300,14 +300,16 @@ const SUPPRESS: &str = r#"
 "#;
 
 /// Invariant: an address refused for our domain's fault is kept in every form, its first
-/// refusal's provider and cause.
+/// refusal's provider and cause; a new refusal of an address the vendor lifted (`suppress
+/// --lift-at-vendor`) clears `lifted_at`: the vendor has listed it again.
 // language=PostgreSQL
 const REFUSED: &str = r#"
     INSERT INTO sender_refused (email, family, cause)
     SELECT DISTINCT ON (email_fold(e.email)) email_fold(e.email), e.family, e.cause
       FROM unnest($1::text[], $2::text[], $3::text[]) AS e(email, family, cause)
      WHERE email_fold(e.email) <> ''
-    ON CONFLICT (email) DO NOTHING
+    ON CONFLICT (email) DO UPDATE SET lifted_at = NULL
+     WHERE sender_refused.lifted_at IS NOT NULL
 "#;
 
 async fn suppress(

@@ -19,7 +19,9 @@
 //!   [`brake`]: `campaign_tallies` and `campaign_family_tallies`, each campaign's sent,
 //!   complaints, hard bounces and (per mailbox provider) refusals of our domain, and the pause
 //!   over a line; [`providers`]: a campaign by mailbox provider, for `status`;
-//!   [`soft_bounces`]: soft bounces that age into a suppression;
+//!   [`soft_bounces`]: soft bounces that age into a suppression; [`sender_refused`]: the
+//!   addresses refused for our domain's fault, lifted at the vendor (`suppress
+//!   --lift-at-vendor`);
 //! - [`connect`]: the pool and the migrations; [`roles`]: docs/roles.sql, granted after them;
 //! - [`outage`]: the one retry rule for a database that does not answer.
 //!
@@ -48,6 +50,7 @@ pub mod providers;
 pub mod rate;
 pub mod roles;
 pub mod row_state;
+pub mod sender_refused;
 pub mod soft_bounces;
 pub mod suppressions;
 pub mod targets;

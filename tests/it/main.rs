@@ -22,6 +22,7 @@ mod hostile;
 mod import;
 mod keda;
 mod layers;
+mod lift;
 mod manifests;
 mod manifests_servers;
 mod migrate;

@@ -667,6 +667,48 @@ fn stand_in(name: &str) -> String {
 
 /// `archive` in the cluster: the operator pod's owner variant differs from it only in the
 /// Secret key it logs in with (the schema owner's, which may delete rows) and its names — the
+/// `suppress --lift-at-vendor` calls the vendor: its pod (vendor-overrides.json) is the operator
+/// pod plus the vendor's settings (the ConfigMap), its key (`MAIL_API_KEY`, optional: SES signs
+/// without one) and, for SES by web identity, the service account and its STS token — nothing
+/// else of the Secret.
+#[test]
+fn the_vendor_pod_is_the_operator_pod_with_the_vendors_settings_and_key() {
+    let read = |name: &str| -> serde_json::Value {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("manifests/operator")
+            .join(name);
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    };
+    let (operator, mut vendor) = (read("pod-overrides.json"), read("vendor-overrides.json"));
+    let spec = vendor["spec"].as_object_mut().unwrap();
+    assert_eq!(
+        spec.remove("serviceAccountName").unwrap(),
+        "campaign-sender"
+    );
+    let token = spec["volumes"].as_array_mut().unwrap().pop().unwrap();
+    assert_eq!(
+        token["projected"]["sources"][0]["serviceAccountToken"]["audience"],
+        "sts.amazonaws.com"
+    );
+    let c = &mut spec["containers"][0];
+    let mount = c["volumeMounts"].as_array_mut().unwrap().pop().unwrap();
+    assert_eq!(mount["name"], token["name"]);
+    assert_eq!(
+        mount["mountPath"], "/var/run/secrets/aws",
+        "where components/ses puts it"
+    );
+    let from = c.as_object_mut().unwrap().remove("envFrom").unwrap();
+    assert_eq!(
+        from,
+        serde_json::json!([{"configMapRef": {"name": "campaign-sender"}}])
+    );
+    let key = c["env"].as_array_mut().unwrap().pop().unwrap();
+    assert_eq!(key["name"], "MAIL_API_KEY");
+    assert_eq!(key["valueFrom"]["secretKeyRef"]["key"], "MAIL_API_KEY");
+    assert_eq!(key["valueFrom"]["secretKeyRef"]["optional"], true);
+    assert_eq!(vendor, operator);
+}
+
 /// same restricted pod, the same CA, nothing else of the Secret.
 #[test]
 fn the_archive_pod_is_the_operator_pod_as_the_schema_owner() {

@@ -5,7 +5,8 @@
 //!   (`run` and `serve`), [`events`], [`web`];
 //! - the operator commands, which need only `DATABASE_URL`: [`import`], [`status`], [`pause`],
 //!   [`resume`], [`limit`], [`retry_failed`], [`resolve`], [`suppress`], [`archive`],
-//!   [`configure`]. Each is an [`OperatorCommand`]: it says what it needs of the campaign it
+//!   [`configure`] ([`lift`]: `suppress --lift-at-vendor`, which calls the vendor). Each is
+//!   an [`OperatorCommand`]: it says what it needs of the campaign it
 //!   names ([`Needs`]), checked here before it runs on a pool over a migrated database.
 //!
 //! Output never contains an address. Every command but `import` (and `configure --create`)
@@ -16,6 +17,7 @@ pub mod archive;
 pub mod configure;
 pub mod events;
 pub mod import;
+pub mod lift;
 pub mod limit;
 pub mod migrate;
 pub mod pause;

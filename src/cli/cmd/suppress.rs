@@ -1,5 +1,6 @@
 //! `campaign-sender suppress`: the provider's suppression list in (`suppress FILE`, `--remove`)
-//! and out (`--export`). The work is [`crate::import::suppress`] and
+//! and out (`--export`), and the vendor's own list lifted of our refusals
+//! (`--lift-at-vendor`, [`super::lift`]). The work is [`crate::import::suppress`] and
 //! [`crate::store::suppressions`]; output never contains an address but in the export file.
 
 use std::path::PathBuf;
@@ -54,14 +55,28 @@ pub struct Suppress {
     /// spreadsheet runs it as a formula (OWASP's CSV injection advice).
     #[arg(long, requires = "export")]
     raw: bool,
+    /// Take the addresses of --campaign that the vendor (MAIL_PROVIDER, with its key) listed
+    /// after refusing them for our domain's fault off the vendor's own suppression list,
+    /// through its API; addresses on our list stay listed there too.
+    #[arg(long, requires = "campaign", conflicts_with_all = ["file", "remove", "export", "reason"])]
+    lift_at_vendor: bool,
+    /// With --lift-at-vendor: the campaign whose refusals to lift.
+    #[arg(long, requires = "lift_at_vendor")]
+    campaign: Option<String>,
 }
 
 impl OperatorCommand for Suppress {
     fn needs(&self) -> Needs<'_> {
-        Needs::Nothing
+        match &self.campaign {
+            Some(campaign) => Needs::Existing(campaign),
+            None => Needs::Nothing,
+        }
     }
 
-    async fn run(self, pool: &PgPool, _: CancellationToken) -> CliResult {
+    async fn run(self, pool: &PgPool, shutdown: CancellationToken) -> CliResult {
+        if let (true, Some(campaign)) = (self.lift_at_vendor, &self.campaign) {
+            return super::lift::lift_at_vendor(pool, campaign, shutdown).await;
+        }
         let reasons = reasons(pool, &self.reason, self.export.is_some() || self.remove).await?;
         match self.export {
             Some(to) => {
