@@ -113,6 +113,8 @@ GRANT SELECT, INSERT, UPDATE (lifted_at) ON sender_refused TO campaign_sender_ev
 GRANT SELECT, INSERT (campaign_id, paused_at, paused_by, pause_reason),
       UPDATE (paused_at, paused_by, pause_reason, updated_at)
     ON campaigns TO campaign_sender_events;
+-- The pages a recipient sees when they leave name the campaign's sender (its display name).
+GRANT SELECT (from_address) ON campaigns TO campaign_sender_events;
 -- Soft bounces that age: recorded, counted, pruned past the window.
 GRANT SELECT, INSERT, UPDATE, DELETE ON soft_bounces TO campaign_sender_events;
 

@@ -50,6 +50,15 @@ pub struct EventsConfig {
     /// links (`LIST_UNSUBSCRIBE=ours`); with it, `/unsubscribe/{token}` is served.
     #[serde(default)]
     pub unsubscribe_secret: Option<Secret>,
+    /// `UNSUBSCRIBE_PAGE_TEXTS` (default unset): a JSON file of texts over the built-in ones of
+    /// the unsubscribe pages, `{"ja": {"done_body": "…"}}` (`crate::events::pages`: the keys,
+    /// the checks), or a language of its own with every key.
+    #[serde(default)]
+    pub unsubscribe_page_texts: Option<String>,
+    /// `UNSUBSCRIBE_PAGE_LANG` (default `en`): the pages' language for a reader who asks for
+    /// none of theirs (`en`, `ja`, or one of `UNSUBSCRIBE_PAGE_TEXTS`).
+    #[serde(default = "default_page_lang")]
+    pub unsubscribe_page_lang: String,
     /// `SENDGRID_WEBHOOK_PUBLIC_KEY`: the Signed Event Webhook's verification key, base64 DER.
     #[serde(default)]
     pub sendgrid_webhook_public_key: Option<Secret>,
@@ -76,6 +85,9 @@ pub struct EventsConfig {
 
 fn default_addr() -> String {
     "0.0.0.0:8080".into()
+}
+fn default_page_lang() -> String {
+    "en".into()
 }
 fn default_max_body() -> u64 {
     4 * 1024 * 1024
@@ -235,6 +247,7 @@ impl EventsConfig {
             ),
             db_timeout: Duration::from_millis(self.events_db_timeout_ms),
             rules,
+            pages: self.pages()?,
             one_click: self
                 .unsubscribe_secret
                 .as_ref()
@@ -242,6 +255,26 @@ impl EventsConfig {
                 .transpose()
                 .map_err(|p| ConfigError::new("UNSUBSCRIBE_SECRET", p))?,
         })
+    }
+
+    /// The unsubscribe pages' texts: the built-in ones, `UNSUBSCRIBE_PAGE_TEXTS` over them,
+    /// `UNSUBSCRIBE_PAGE_LANG` the default, each checked (78 naming the variable).
+    pub fn pages(&self) -> Result<crate::events::pages::Pages, ConfigError> {
+        let file = match &self.unsubscribe_page_texts {
+            Some(path) if !path.trim().is_empty() => {
+                Some(std::fs::read_to_string(path).map_err(|e| {
+                    ConfigError::new(
+                        "UNSUBSCRIBE_PAGE_TEXTS",
+                        format!("cannot be read: {e} ({path})"),
+                    )
+                })?)
+            }
+            _ => None,
+        };
+        crate::events::pages::Pages::new(file.as_deref())
+            .map_err(|p| ConfigError::new("UNSUBSCRIBE_PAGE_TEXTS", p))?
+            .with_default(&self.unsubscribe_page_lang)
+            .map_err(|p| ConfigError::new("UNSUBSCRIBE_PAGE_LANG", p))
     }
 
     fn read_timeout(&self) -> Duration {

@@ -12,6 +12,7 @@
 //! - [`cause`]: whose fault a refusal is — the one table every vendor's parser reads a bounce
 //!   or a block by (the recipient's, the sender's, unknown);
 //! - [`one_click`]: `/unsubscribe/{token}`, one-click unsubscribe (RFC 8058) with our links;
+//!   [`pages`]: what a recipient reads there, in their language, naming the sender;
 //! - [`server`]: the HTTP server (`POST /events/{vendor}`, `GET /healthz`), its bounds and its
 //!   answers: 2xx only after the commit, 401/403 for a request that does not authenticate
 //!   (nothing stored, no body logged), 413 over the size bound, 503 when the database does not
@@ -21,6 +22,7 @@ pub mod cause;
 pub mod event;
 pub mod mailgun;
 pub mod one_click;
+pub mod pages;
 pub mod postmark;
 pub mod resend;
 pub mod sendgrid;

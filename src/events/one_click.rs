@@ -11,7 +11,9 @@
 //!   `campaign_sender_events_refused_total{vendor="one-click"}`. The database not answering within
 //!   `EVENTS_DB_TIMEOUT_MS`: 503, nothing lost (the click can be repeated).
 //!
-//! Pages carry no address and load nothing (their CSP: nothing but a form posted to ourselves).
+//! Pages carry no address and load nothing but their stylesheet (their CSP: our `page.css` and a
+//! form posted to ourselves, no script); what they say, in which language and naming whom is
+//! [`super::pages`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,11 +22,11 @@ use axum::body::Bytes;
 use axum::extract::{Path, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use maud::{html, Markup, DOCTYPE};
 use metrics::counter;
 use sqlx::PgPool;
 use tracing::warn;
 
+use super::pages::{self, Page, Pages};
 use crate::http::Budget;
 use crate::metrics::{EVENTS_REFUSED_TOTAL, EVENTS_TOTAL, EVENTS_UNAVAILABLE_TOTAL};
 use crate::store::one_click::{unsubscribe, Unsubscribed};
@@ -33,11 +35,11 @@ use crate::unsubscribe::{Signer, ONE_CLICK};
 /// The vendor label of one-click unsubscribes in the events' metrics and `provider_events`.
 pub const VENDOR: &str = "one-click";
 
-/// Sent with every page: no script, no style, no frame; the one form posts to us.
+/// Sent with every page: no script, no frame, no style but ours; the one form posts to us.
 const HEADERS: [(&str, &str); 5] = [
     (
         "content-security-policy",
-        "default-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+        "default-src 'none'; style-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
     ),
     ("x-content-type-options", "nosniff"),
     ("x-frame-options", "DENY"),
@@ -58,53 +60,124 @@ pub struct OneClick {
     pub pool: PgPool,
     pub bodies: Budget,
     pub db_timeout: Duration,
+    /// The pages' texts, in every language.
+    pub pages: Arc<Pages>,
+    /// The senders' names read lately, by campaign ([`SENDER_TTL`]).
+    pub senders: Senders,
 }
 
-fn page(status: StatusCode, title: &str, body: Markup) -> Response {
-    let html = html! {
-        (DOCTYPE)
-        html lang="en" {
-            head { meta charset="utf-8"; meta name="viewport" content="width=device-width, initial-scale=1"; title { (title) } }
-            body { main { h1 { (title) } (body) } }
+/// How long a campaign's sender name is kept before it is read again (`configure --from`
+/// shows on the pages within this).
+pub const SENDER_TTL: Duration = Duration::from_secs(60);
+/// The most campaigns whose sender is kept (only verified tokens name one).
+const SENDERS_KEPT: usize = 1024;
+
+/// The senders' names by campaign, each read at most once per [`SENDER_TTL`], so a click costs
+/// the database its one read and one write and nothing more.
+#[derive(Default)]
+pub struct Senders(
+    std::sync::Mutex<std::collections::HashMap<String, (tokio::time::Instant, Option<String>)>>,
+);
+
+impl Senders {
+    fn get(&self, campaign: &str) -> Option<Option<String>> {
+        let kept = self.0.lock().expect("senders lock");
+        kept.get(campaign)
+            .filter(|(at, _)| at.elapsed() < SENDER_TTL)
+            .map(|(_, name)| name.clone())
+    }
+
+    fn put(&self, campaign: &str, name: Option<String>) {
+        let mut kept = self.0.lock().expect("senders lock");
+        if kept.len() >= SENDERS_KEPT {
+            kept.clear();
         }
-    };
+        kept.insert(campaign.to_string(), (tokio::time::Instant::now(), name));
+    }
+}
+
+impl OneClick {
+    /// `which` page for the reader who sent `headers`, naming `sender`.
+    fn page(
+        &self,
+        headers: &HeaderMap,
+        status: StatusCode,
+        which: Page,
+        sender: Option<&str>,
+    ) -> Response {
+        let accept = headers
+            .get(header::ACCEPT_LANGUAGE)
+            .and_then(|v| v.to_str().ok());
+        let texts = self.pages.for_reader(accept);
+        let lang = header::HeaderValue::from_str(&texts.lang)
+            .unwrap_or(header::HeaderValue::from_static("en"));
+        (
+            status,
+            [
+                (
+                    header::CONTENT_TYPE,
+                    header::HeaderValue::from_static("text/html; charset=utf-8"),
+                ),
+                (header::CONTENT_LANGUAGE, lang),
+                (
+                    header::VARY,
+                    header::HeaderValue::from_static("Accept-Language"),
+                ),
+            ],
+            pages::render(texts, which, sender),
+        )
+            .into_response()
+    }
+
+    /// The display name (or domain) of the campaign's sender, read at most once per
+    /// [`SENDER_TTL`]; none if the database does not answer within its bound (the page then
+    /// says "this sender", and the next page asks again).
+    async fn sender(&self, campaign: &str) -> Option<String> {
+        if let Some(name) = self.senders.get(campaign) {
+            return name;
+        }
+        let from = tokio::time::timeout(
+            self.db_timeout,
+            crate::store::campaigns::sender(&self.pool, campaign),
+        )
+        .await
+        .ok()?
+        .ok()?;
+        let name = pages::sender_name(from.as_deref());
+        self.senders.put(campaign, name.clone());
+        name
+    }
+}
+
+/// `GET /unsubscribe/page.css`: the pages' one stylesheet.
+pub async fn stylesheet() -> Response {
     (
-        status,
-        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-        html.into_string(),
+        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+        pages::CSS,
     )
         .into_response()
 }
 
-fn not_found() -> Response {
+fn not_found(app: &OneClick, headers: &HeaderMap) -> Response {
     counter!(EVENTS_REFUSED_TOTAL, "vendor" => VENDOR, "reason" => "bad_signature").increment(1);
     warn!(
         vendor = VENDOR,
         "an unsubscribe link that does not verify; nothing stored"
     );
-    page(
-        StatusCode::NOT_FOUND,
-        "This link is not valid",
-        html! { p { "Nothing was changed. Use the unsubscribe link of the mail itself." } },
-    )
+    app.page(headers, StatusCode::NOT_FOUND, Page::Invalid, None)
 }
 
 /// `GET` (and `HEAD`): the page with the one button; nothing changes.
-pub async fn confirm(State(app): State<Arc<OneClick>>, Path(token): Path<String>) -> Response {
-    if app.signer.verify(&token).is_none() {
-        return not_found();
-    }
-    page(
-        StatusCode::OK,
-        "Unsubscribe",
-        html! {
-            p { "Stop receiving these mails? One click, and no other mail of ours reaches this address." }
-            form method="post" {
-                input type="hidden" name="List-Unsubscribe" value="One-Click";
-                button type="submit" { "Unsubscribe" }
-            }
-        },
-    )
+pub async fn confirm(
+    State(app): State<Arc<OneClick>>,
+    Path(token): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let Some((campaign, _)) = app.signer.verify(&token) else {
+        return not_found(&app, &headers);
+    };
+    let sender = app.sender(&campaign).await;
+    app.page(&headers, StatusCode::OK, Page::Confirm, sender.as_deref())
 }
 
 /// `POST`: the one click (see the module docs).
@@ -114,7 +187,7 @@ pub async fn one_click(
     request: Request,
 ) -> Response {
     let Some((campaign, member)) = app.signer.verify(&token) else {
-        return not_found();
+        return not_found(&app, request.headers());
     };
     let (head, body) = request.into_parts();
     let body = match app.bodies.read(&head.headers, body).await {
@@ -122,23 +195,16 @@ pub async fn one_click(
         Err(e) => return e.status().into_response(),
     };
     if !asks_one_click(&head.headers, &body.bytes).await {
-        return page(
-            StatusCode::BAD_REQUEST,
-            "Nothing was changed",
-            html! { p { "This address takes one-click unsubscribes (List-Unsubscribe=One-Click)." } },
-        );
+        return app.page(&head.headers, StatusCode::BAD_REQUEST, Page::Refused, None);
     }
     let done =
         tokio::time::timeout(app.db_timeout, unsubscribe(&app.pool, &campaign, member)).await;
     match done {
         Ok(Ok(Unsubscribed::Done | Unsubscribed::Archived)) => {
+            let sender = app.sender(&campaign).await;
             counter!(EVENTS_TOTAL, "vendor" => VENDOR, "campaign" => campaign, "what" => "unsubscribe")
                 .increment(1);
-            page(
-                StatusCode::OK,
-                "You are unsubscribed",
-                html! { p { "No other mail of ours will reach this address." } },
-            )
+            app.page(&head.headers, StatusCode::OK, Page::Done, sender.as_deref())
         }
         Ok(Ok(Unsubscribed::NoSuchRow)) => {
             counter!(EVENTS_TOTAL, "vendor" => VENDOR, "campaign" => "unknown", "what" => "unmatched")
@@ -147,18 +213,14 @@ pub async fn one_click(
                 vendor = VENDOR,
                 "a genuine unsubscribe link names no row in the work table nor an address in the archive (archived before it kept them?); nothing stored"
             );
-            page(
-                StatusCode::NOT_FOUND,
-                "This mail is too old",
-                html! { p { "Its list is archived. Nothing was changed; reply to the mail to be removed." } },
-            )
+            app.page(&head.headers, StatusCode::NOT_FOUND, Page::Archived, None)
         }
-        Ok(Err(e)) => unavailable(Some(e)),
-        Err(_) => unavailable(None),
+        Ok(Err(e)) => unavailable(&app, &head.headers, Some(e)),
+        Err(_) => unavailable(&app, &head.headers, None),
     }
 }
 
-fn unavailable(e: Option<sqlx::Error>) -> Response {
+fn unavailable(app: &OneClick, headers: &HeaderMap, e: Option<sqlx::Error>) -> Response {
     counter!(EVENTS_UNAVAILABLE_TOTAL, "vendor" => VENDOR).increment(1);
     match e {
         Some(e) => {
@@ -169,11 +231,7 @@ fn unavailable(e: Option<sqlx::Error>) -> Response {
             "the database did not answer an unsubscribe in time; answered 503"
         ),
     }
-    page(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "Please try again",
-        html! { p { "Nothing was changed yet. Try again in a minute." } },
-    )
+    app.page(headers, StatusCode::SERVICE_UNAVAILABLE, Page::Retry, None)
 }
 
 /// Whether the body is RFC 8058's `List-Unsubscribe=One-Click`: form-encoded, or as the one

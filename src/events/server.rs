@@ -53,6 +53,9 @@ pub struct Listeners {
     /// `UNSUBSCRIBE_SECRET`: one-click unsubscribes with our links are honoured
     /// (`/unsubscribe/{token}`, [`super::one_click`]); 404 there without it.
     pub one_click: Option<crate::unsubscribe::Signer>,
+    /// The pages a recipient sees there, in every language (`UNSUBSCRIBE_PAGE_TEXTS`,
+    /// `UNSUBSCRIBE_PAGE_LANG`; [`super::pages`]).
+    pub pages: super::pages::Pages,
 }
 
 struct App {
@@ -72,6 +75,8 @@ pub fn router(pool: PgPool, listeners: Listeners) -> Router {
                 listeners.bodies.deadline(),
             ),
             db_timeout: listeners.db_timeout,
+            pages: Arc::new(listeners.pages.clone()),
+            senders: Default::default(),
         })
     });
     let app = Arc::new(App { pool, listeners });
@@ -82,6 +87,7 @@ pub fn router(pool: PgPool, listeners: Listeners) -> Router {
     match one_click {
         Some(state) => router.merge(
             Router::new()
+                .route("/unsubscribe/page.css", get(super::one_click::stylesheet))
                 .route(
                     "/unsubscribe/{token}",
                     get(super::one_click::confirm).post(super::one_click::one_click),

@@ -153,6 +153,17 @@ impl CampaignSettings {
     }
 }
 
+/// The campaign's sender (`configure --from`), for the pages a recipient sees when they leave
+/// (`events`, which may read this column of the settings and no other).
+pub async fn sender(pool: &PgPool, campaign_id: &str) -> Result<Option<String>, sqlx::Error> {
+    let from: Option<Option<String>> =
+        sqlx::query_scalar("SELECT from_address FROM campaigns WHERE campaign_id = $1")
+            .bind(campaign_id)
+            .fetch_optional(pool)
+            .await?;
+    Ok(from.flatten())
+}
+
 /// Whether a campaign exists: it has targets, a settings row, or was archived. Index probes.
 pub async fn exists(pool: &PgPool, campaign_id: &str) -> Result<bool, sqlx::Error> {
     // language=PostgreSQL

@@ -9,29 +9,17 @@
 // of the sending campaign moves while the page refreshes itself (no reload); the paused
 // campaign shows its banner; an unknown campaign is a 404 page; Tab reaches the campaigns in
 // order and Enter opens one; axe-core finds no WCAG 2 A/AA violation (contrast included).
-import { chromium } from "playwright-core";
 import { createRequire } from "node:module";
 import assert from "node:assert/strict";
+import { env, launch, step } from "./common.mjs";
 
 const require = createRequire(import.meta.url);
-const env = (name) => {
-  const v = process.env[name];
-  assert.ok(v, `${name} must be set`);
-  return v;
-};
 const base = env("BASE_URL");
 const sending = env("SENDING");
 const paused = env("PAUSED");
 const shots = process.env.SCREENSHOTS;
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-  ],
-});
-const step = (what) => console.log(`ok: ${what}`);
+const browser = await launch();
 
 /** A page at 1280×800 whose console errors and uncaught exceptions are collected. */
 async function open(context, path) {

@@ -77,6 +77,7 @@ pub(crate) fn listeners(official_sendgrid: bool) -> Listeners {
         db_timeout: Duration::from_secs(2),
         rules: campaign_sender::config::BrakeConfig::default().rules(),
         one_click: Some(campaign_sender::unsubscribe::Signer::new(ONE_CLICK[1].1).unwrap()),
+        pages: Default::default(),
     }
 }
 

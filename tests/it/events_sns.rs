@@ -88,6 +88,7 @@ fn listeners() -> Listeners {
         db_timeout: Duration::from_secs(2),
         rules: campaign_sender::config::BrakeConfig::default().rules(),
         one_click: None,
+        pages: Default::default(),
     }
 }
 

@@ -305,3 +305,98 @@ async fn every_answer_carries_the_page_headers_and_only_the_named_part_counts(po
         "nobody unsubscribed"
     );
 }
+
+/// The operator's texts (`UNSUBSCRIBE_PAGE_TEXTS`) replace ours, in the reader's language, with
+/// `events` as a process; a file with an unknown key stops it at start (78, naming the key),
+/// and so does a default language the pages do not have.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn the_operators_texts_speak_on_the_page_and_a_bad_file_stops_events(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 1).await;
+    sqlx::query(
+        "INSERT INTO campaigns (campaign_id, from_address) VALUES ($1, 'shop@example.co.jp')",
+    )
+    .bind(CAMPAIGN)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let db = role_url(&pool, "campaign_sender_events").await;
+    let texts = temp_path("texts.json");
+    std::fs::write(
+        &texts,
+        r#"{"ja": {"confirm_lead": "{sender}のお知らせを止めますか？"}}"#,
+    )
+    .unwrap();
+    let addr = refused_addr().to_string();
+    let path = texts.to_str().unwrap();
+    let _events = spawn_sender(
+        &["events"],
+        &db,
+        &[
+            ("EVENTS_ADDR", &addr),
+            ONE_CLICK[1],
+            ("UNSUBSCRIBE_PAGE_TEXTS", path),
+            ("UNSUBSCRIBE_PAGE_LANG", "ja"),
+        ],
+    );
+    let base = format!("http://{addr}");
+    until_healthy(&base, "events").await;
+    let url = format!("{base}/unsubscribe/{}", signer().token(CAMPAIGN, 1));
+    let page = |accept: Option<&'static str>| {
+        let url = url.clone();
+        async move {
+            let mut r = reqwest::Client::new().get(&url);
+            if let Some(a) = accept {
+                r = r.header("Accept-Language", a);
+            }
+            let r = r.send().await.unwrap();
+            let lang = r.headers()["content-language"]
+                .to_str()
+                .unwrap()
+                .to_string();
+            (lang, r.text().await.unwrap())
+        }
+    };
+    let (lang, html) = page(Some("fr-FR, de")).await;
+    assert_eq!(
+        lang, "ja",
+        "UNSUBSCRIBE_PAGE_LANG for a reader we cannot serve"
+    );
+    assert!(
+        html.contains("<strong>example.co.jp</strong>のお知らせを止めますか？"),
+        "{html}"
+    );
+    assert!(!html.contains('@'), "{html}");
+    let (lang, html) = page(Some("en-US,en;q=0.9")).await;
+    assert_eq!(lang, "en");
+    assert!(
+        html.contains("<html lang=\"en\">") && html.contains("Stop receiving mail from"),
+        "{html}"
+    );
+
+    std::fs::write(&texts, r#"{"ja": {"confirm_leed": "x"}}"#).unwrap();
+    let refused = |setting: (&'static str, String)| {
+        let db = db.clone();
+        async move {
+            let addr = refused_addr().to_string();
+            let env = [
+                ("EVENTS_ADDR", addr.as_str()),
+                ONE_CLICK[1],
+                (setting.0, setting.1.as_str()),
+            ];
+            finish(
+                spawn_sender(&["events"], &db, &env),
+                Duration::from_secs(30),
+            )
+            .await
+        }
+    };
+    let (code, _, err) = refused(("UNSUBSCRIBE_PAGE_TEXTS", path.to_string())).await;
+    assert_eq!(code, 78, "{err}");
+    assert!(
+        err.contains("UNSUBSCRIBE_PAGE_TEXTS") && err.contains("ja.confirm_leed"),
+        "{err}"
+    );
+    let (code, _, err) = refused(("UNSUBSCRIBE_PAGE_LANG", "fr".to_string())).await;
+    assert_eq!(code, 78, "{err}");
+    assert!(err.contains("UNSUBSCRIBE_PAGE_LANG"), "{err}");
+}

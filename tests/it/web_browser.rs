@@ -1,7 +1,8 @@
-//! The status page in a real browser: `campaign-sender web` as a process, logged in as its own
-//! role, over real PostgreSQL while two worker processes send a campaign and another waits
-//! paused; tests/browser/web.test.mjs drives headless Chromium through it (see that file for
-//! what it holds).
+//! The pages in a real browser: the status page (`campaign-sender web` as a process, logged in
+//! as its own role, over real PostgreSQL while two worker processes send a campaign and another
+//! waits paused; tests/browser/web.test.mjs) and the unsubscribe pages (`campaign-sender events`
+//! likewise; tests/browser/unsubscribe.test.mjs), driven through headless Chromium (see those
+//! files for what they hold).
 
 use std::time::Duration;
 
@@ -90,18 +91,37 @@ async fn the_page_in_chromium_moves_while_a_campaign_sends_and_shows_a_pause(poo
     })
     .await;
 
-    let mut node = tokio::process::Command::new("node");
-    node.arg(dir.join("web.test.mjs"))
-        .current_dir(&dir)
-        .env("BASE_URL", &base)
-        .env("SENDING", "spring")
-        .env("PAUSED", "autumn")
-        .kill_on_drop(true);
-    if let Ok(c) = std::env::var("CHROMIUM") {
-        node.env("CHROMIUM", c);
+    let said = browser_test(
+        &dir,
+        "web.test.mjs",
+        &[
+            ("BASE_URL", &base),
+            ("SENDING", "spring"),
+            ("PAUSED", "autumn"),
+        ],
+    )
+    .await;
+    assert!(
+        said.contains("ok: axe-core finds no WCAG 2 A/AA violation"),
+        "{said}"
+    );
+    for w in &mut workers {
+        let _ = w.start_kill();
     }
-    if let Ok(d) = std::env::var("SCREENSHOTS") {
-        node.env("SCREENSHOTS", d);
+}
+
+/// Runs `script` of the browser tests with `env` (and `CHROMIUM`, `SCREENSHOTS` passed on),
+/// within 2 minutes; asserts it succeeded and returns what it said.
+async fn browser_test(dir: &std::path::Path, script: &str, env: &[(&str, &str)]) -> String {
+    let mut node = tokio::process::Command::new("node");
+    node.arg(dir.join(script))
+        .current_dir(dir)
+        .envs(env.iter().copied())
+        .kill_on_drop(true);
+    for passed in ["CHROMIUM", "SCREENSHOTS"] {
+        if let Ok(v) = std::env::var(passed) {
+            node.env(passed, v);
+        }
     }
     let out = tokio::time::timeout(Duration::from_secs(120), node.output())
         .await
@@ -113,12 +133,66 @@ async fn the_page_in_chromium_moves_while_a_campaign_sends_and_shows_a_pause(poo
         String::from_utf8_lossy(&out.stderr)
     );
     eprintln!("{said}");
-    assert!(out.status.success(), "the browser test failed:\n{said}");
     assert!(
-        said.contains("ok: axe-core finds no WCAG 2 A/AA violation"),
+        out.status.success(),
+        "the browser test {script} failed:\n{said}"
+    );
+    said
+}
+
+/// A member who reads Japanese and one who reads English follow their mails' links on a phone:
+/// each page is in their language, names the sender ("News" of `News <news@example.com>`) and
+/// no address, passes axe AA; the button unsubscribes each (opted out and listed), and a forged
+/// link names no sender. `events` runs as a process, as its own role.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn the_unsubscribe_pages_in_chromium_speak_the_readers_language_and_name_the_sender(
+    pool: PgPool,
+) {
+    let dir = browser_tests();
+    seed(&pool, CAMPAIGN, 2).await;
+    sqlx::query(
+        "INSERT INTO campaigns (campaign_id, from_address) VALUES ($1, 'News <news@example.com>')",
+    )
+    .bind(CAMPAIGN)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let addr = refused_addr().to_string();
+    let _events = spawn_sender(
+        &["events"],
+        &role_url(&pool, "campaign_sender_events").await,
+        &[("EVENTS_ADDR", &addr), ONE_CLICK[1]],
+    );
+    let base = format!("http://{addr}");
+    until_healthy(&base, "events").await;
+    let signer = campaign_sender::unsubscribe::Signer::new(ONE_CLICK[1].1).unwrap();
+    let (ja, en) = (signer.token(CAMPAIGN, 1), signer.token(CAMPAIGN, 2));
+    let said = browser_test(
+        &dir,
+        "unsubscribe.test.mjs",
+        &[
+            ("BASE_URL", &base),
+            ("TOKEN_JA", &ja),
+            ("TOKEN_EN", &en),
+            ("SENDER", "News"),
+        ],
+    )
+    .await;
+    assert!(
+        said.contains("ok: en: axe-core finds no WCAG 2 A/AA violation"),
         "{said}"
     );
-    for w in &mut workers {
-        let _ = w.start_kill();
-    }
+    let left: Vec<(i64, bool)> = sqlx::query_as(
+        "SELECT member_id, opted_out_at IS NOT NULL FROM campaign_targets ORDER BY member_id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(left, [(1, true), (2, true)]);
+    let listed: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM suppressions WHERE reason = 'unsubscribe'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(listed, 2);
 }
