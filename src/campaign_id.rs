@@ -2,8 +2,8 @@
 //!
 //! A campaign id travels further than any other text we hold: in the `Idempotency-Key` header
 //! (`{campaign_id}:{member_id}`), in every vendor's metadata (SES and Resend tags allow only
-//! `[A-Za-z0-9_-]`, `../shared/providers/SPEC.md` §1), as a Prometheus label and in log lines. An
-//! id outside this alphabet fails somewhere on the way — a control character cannot be a header,
+//! `[A-Za-z0-9_-]`, docs/VENDORS.md "The mailbox providers' rules"), as a Prometheus label and
+//! in log lines. An id outside this alphabet fails somewhere on the way — a control character cannot be a header,
 //! a non-ASCII one is refused by the vendor for every row — so it is refused where it is made
 //! (`import`, `configure --create`: exit 65) and where it is sent (`CAMPAIGN_ID` at worker start:
 //! exit 78), naming the first character that cannot travel, before any row is claimed.

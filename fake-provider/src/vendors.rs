@@ -1,4 +1,5 @@
-//! The five vendors' contracts, as far as a sender meets them (`../shared/providers/SPEC.md`):
+//! The five vendors' contracts, as far as a sender meets them (docs/VENDORS.md and the requests
+//! recorded from the vendors' SDKs in `tests/fixtures/providers/`):
 //! each one's path, auth, required fields, and its success and error bodies. Every route of the
 //! fake speaks its vendor; what happens to a request (rate limit, faults, suppression, key
 //! retention) is the same for all.

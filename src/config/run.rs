@@ -413,10 +413,8 @@ impl RunConfig {
     }
 
     fn validate_sizes(&self) -> Result<(), ConfigError> {
+        // Its upper bound is its row of `knobs!` (`validate_bounds`).
         positive("BATCH_SIZE", self.batch_size as u64)?;
-        if self.batch_size > 10_000 {
-            return Err(ConfigError::new("BATCH_SIZE", "must be at most 10000"));
-        }
         positive("SEND_CONCURRENCY", self.send_concurrency as u64)?;
         positive("FLUSH_MAX_ROWS", self.flush_max_rows as u64)?;
         positive("FLUSH_INTERVAL_MS", self.flush_interval_ms)?;

@@ -1,7 +1,7 @@
 //! One-click unsubscribe through every profile: with our link, both RFC 8058 headers travel as
-//! each vendor takes headers (`../shared/providers/SPEC.md` §6.5) and `unsubscribe_url` is in
-//! the template data; with `LIST_UNSUBSCRIBE=vendor`, what turns the vendor's own on and no
-//! header of ours.
+//! each vendor takes headers (docs/VENDORS.md "The mailbox providers' rules") and
+//! `unsubscribe_url` is in the template data; with `LIST_UNSUBSCRIBE=vendor`, what turns the
+//! vendor's own on and no header of ours.
 
 use std::time::SystemTime;
 

@@ -61,6 +61,7 @@ fn every_reference_to_a_documents_section_names_one_that_exists() {
         ("docs/RELIABILITY.md", "docs/RELIABILITY.md"),
         ("docs/BENCHMARKS.md", "docs/BENCHMARKS.md"),
         ("docs/MIGRATION.md", "docs/MIGRATION.md"),
+        ("docs/VENDORS.md", "docs/VENDORS.md"),
     ]
     .into_iter()
     .map(|(name, path)| (name, read(&root().join(path))))

@@ -21,7 +21,7 @@ use sqlx::PgPool;
 use crate::helpers::*;
 
 /// SendGrid's own vector (`@sendgrid/eventwebhook`'s spec file, via
-/// ../shared/providers/capture/webhook-vectors.js): the body ends in CRLF.
+/// recorded from that package's test vectors): the body ends in CRLF.
 const SG_OFFICIAL_KEY: &str = "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE83T4O/n84iotIvIW4mdBgQ/7dAfSmpqIM8kF9mN1flpVKS3GRqe62gw+2fNNRaINXvVpiglSI8eNEc6wEA3F+g==";
 const SG_OFFICIAL_SIG: &str = "MEUCIGHQVtGj+Y3LkG9fLcxf3qfI10QysgDWmMOVmxG0u6ZUAiEAyBiXDWzM+uOe5W0JuG+luQAbPIqHh89M15TluLtEZtM=";
 const SG_OFFICIAL_TS: &str = "1600112502";

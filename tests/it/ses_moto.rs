@@ -1,7 +1,7 @@
 //! `MAIL_PROVIDER=ses` against moto's server (`moto[server]` from PyPI, `scripts/moto.sh`): a
 //! second implementation of SES v2 that checks SigV4 against its own IAM once started with
-//! `INITIAL_NO_AUTH_ACTION_COUNT` (`../shared/providers/SPEC.md` §4). moto cannot render a
-//! stored template (it answers 500 before it looks at the sender, so its `MessageRejected` for an
+//! `INITIAL_NO_AUTH_ACTION_COUNT` (docs/VENDORS.md "The mailbox providers' rules"). moto cannot
+//! render a stored template (it answers 500 before it looks at the sender, so its `MessageRejected` for an
 //! unverified sender never comes back for a templated mail: that answer is held against moto's
 //! own body in `src/provider/tests.rs`), so what it proves is the way in: our signature is
 //! accepted by a key moto issued, and one made with another secret is the account's refusal
