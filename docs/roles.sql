@@ -74,7 +74,7 @@ $$;
 -- Nothing by default: only the grants below.
 REVOKE ALL ON campaign_targets, rate_limits, rate_pods, rate_usage, campaigns, job_budgets,
     suppressions, campaign_archive, archived_campaigns, _sqlx_migrations, provider_events,
-    webhook_tokens, campaign_tallies, campaign_strikes, soft_bounces, campaign_family_tallies, sender_refused FROM campaign_sender_worker, campaign_sender_operator, campaign_sender_keda,
+    webhook_tokens, campaign_tallies, campaign_strikes, soft_bounces, campaign_family_tallies, sender_refused, inbound_mail FROM campaign_sender_worker, campaign_sender_operator, campaign_sender_keda,
     campaign_sender_events, campaign_sender_web;
 GRANT USAGE ON SCHEMA public TO campaign_sender_worker, campaign_sender_operator,
     campaign_sender_keda, campaign_sender_events, campaign_sender_web;
@@ -89,6 +89,7 @@ GRANT SELECT ON campaigns, archived_campaigns, rate_limits, rate_pods,
 GRANT SELECT (campaign_id, member_id, outcome, sent_at, last_status, attempts)
     ON campaign_archive TO campaign_sender_web;
 GRANT SELECT (email, reason) ON suppressions TO campaign_sender_web;
+GRANT SELECT ON inbound_mail TO campaign_sender_web;
 
 GRANT SELECT, INSERT ON provider_events TO campaign_sender_events;
 -- UPDATE (event_id): taking a token is a no-op upsert, so a replica sees another's commit.
@@ -117,6 +118,8 @@ GRANT SELECT, INSERT (campaign_id, paused_at, paused_by, pause_reason),
 GRANT SELECT (from_address) ON campaigns TO campaign_sender_events;
 -- Soft bounces that age: recorded, counted, pruned past the window.
 GRANT SELECT, INSERT, UPDATE, DELETE ON soft_bounces TO campaign_sender_events;
+-- The mailto's inbound mails: counted by what became of them (no address kept).
+GRANT SELECT, INSERT, UPDATE ON inbound_mail TO campaign_sender_events;
 
 GRANT SELECT ON campaign_targets TO campaign_sender_worker;
 GRANT UPDATE (state, attempts, not_before, lease_until, claim_id, last_status, last_error,
@@ -171,6 +174,8 @@ GRANT SELECT, INSERT, UPDATE ON campaigns TO campaign_sender_operator;
 -- --assume-sent` adds the rows it settles to the tally (the tally is the sent rows).
 GRANT SELECT, INSERT, UPDATE ON campaign_tallies, campaign_family_tallies
     TO campaign_sender_operator;
+-- `status` shows when the mailto's last inbound mail came, and those no token named.
+GRANT SELECT ON inbound_mail TO campaign_sender_operator;
 -- `suppress --remove` lets a lifted address start its soft bounces afresh.
 GRANT SELECT, DELETE ON soft_bounces TO campaign_sender_operator;
 

@@ -27,6 +27,10 @@ pub const EVENTS_REFUSED_TOTAL: &str = "campaign_sender_events_refused_total";
 /// memory budget stayed spent), too_slow (408: not all there by `EVENTS_READ_TIMEOUT_MS`),
 /// broken (400).
 pub const EVENTS_UNREAD_TOTAL: &str = "campaign_sender_events_unread_total";
+/// Mails the mailto brought through a vendor's inbound route (`/inbound/{vendor}`), by
+/// `vendor` and `outcome`: `unsubscribed`, `unmatched`, `no_token` (to read by hand),
+/// `too_large` (over `EVENTS_INBOUND_MAX_BODY_BYTES`, refused so the vendor stops retrying).
+pub const INBOUND_MAIL_TOTAL: &str = "campaign_sender_inbound_mail_total";
 /// Webhook requests answered 503 because the database did not record them in time.
 pub const EVENTS_UNAVAILABLE_TOTAL: &str = "campaign_sender_events_unavailable_total";
 /// Campaigns `events` paused over a mailbox provider's line, by `campaign` and `line`
@@ -122,6 +126,7 @@ pub const ALL: &[&str] = &[
     EVENTS_REFUSED_TOTAL,
     EVENTS_UNREAD_TOTAL,
     EVENTS_UNAVAILABLE_TOTAL,
+    INBOUND_MAIL_TOTAL,
     BRAKES_TOTAL,
     SOFT_BOUNCE_SUPPRESSIONS_TOTAL,
     REFUSALS_TOTAL,

@@ -64,6 +64,62 @@ impl<'de> serde::Deserialize<'de> for Mode {
     }
 }
 
+/// `UNSUBSCRIBE_MAILTO_INBOUND`: the vendor whose inbound route delivers the mailto's mailbox
+/// to `events` (`POST /inbound/{vendor}`), each authenticated as that vendor secures it
+/// (docs/VENDORS.md "Inbound mail"). Without one, a mailto is refused: nothing would read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Inbound {
+    /// Postmark's inbound webhook: the basic-auth credentials of its URL.
+    Postmark,
+    /// A Mailgun route's `forward()`: the HMAC of its `timestamp` and `token` fields.
+    Mailgun,
+    /// SendGrid's Inbound Parse with a security policy: ECDSA over the timestamp and the body.
+    Sendgrid,
+    /// SES receiving with an SNS action: the SNS signature, the topic pinned.
+    Ses,
+}
+
+impl Inbound {
+    pub const ALL: [Inbound; 4] = [
+        Inbound::Postmark,
+        Inbound::Mailgun,
+        Inbound::Sendgrid,
+        Inbound::Ses,
+    ];
+
+    /// Its path segment under `/inbound/`, and its label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Inbound::Postmark => "postmark",
+            Inbound::Mailgun => "mailgun",
+            Inbound::Sendgrid => "sendgrid",
+            Inbound::Ses => "ses",
+        }
+    }
+
+    /// The vendor named `s`, or why it cannot deliver the mailbox.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        if let Some(v) = Inbound::ALL.into_iter().find(|v| v.as_str() == s) {
+            return Ok(v);
+        }
+        Err(match s {
+            "resend" => "is resend, whose receiving is not supported here (its inbound is not \
+                         verified in docs/VENDORS.md); route the mailbox through postmark, \
+                         mailgun, sendgrid or ses"
+                .into(),
+            "json" => {
+                "is json: our contract has no inbound; use postmark, mailgun, sendgrid or ses"
+                    .into()
+            }
+            _ => "is not postmark, mailgun, sendgrid or ses (the vendor whose inbound route \
+                  delivers UNSUBSCRIBE_MAILTO's mailbox to `events`)"
+                .into(),
+        })
+    }
+}
+
 /// `List-Unsubscribe-Post`'s one value.
 pub const ONE_CLICK: &str = "List-Unsubscribe=One-Click";
 
@@ -175,6 +231,21 @@ impl Signer {
     }
 }
 
+/// The most octets a local part may have (RFC 5321 §4.5.3.1.1): a `+tag` that would make the
+/// mailto's local part longer is not added (the subject still carries the token).
+pub const LOCAL_PART_MAX: usize = 64;
+
+/// The subject every mailto asks for, before the token (RFC 6068's `?subject=`).
+pub const MAILTO_SUBJECT: &str = "unsubscribe";
+
+/// `mailto` with `+{token}` after its local part, if that local part stays within
+/// [`LOCAL_PART_MAX`] octets: `leave@example.com` → `leave+{token}@example.com`. The token's
+/// alphabet (a campaign id's, digits, `-`, `.` between them, URL-safe base64) is a dot-atom's.
+pub fn tagged(mailto: &str, token: &str) -> Option<String> {
+    let (local, domain) = mailto.rsplit_once('@')?;
+    (local.len() + 1 + token.len() <= LOCAL_PART_MAX).then(|| format!("{local}+{token}@{domain}"))
+}
+
 /// Our links, as the senders make them: `UNSUBSCRIBE_BASE_URL`, the signer, and
 /// `UNSUBSCRIBE_MAILTO` if set.
 #[derive(Debug, Clone)]
@@ -190,7 +261,10 @@ pub struct Link {
     /// `{UNSUBSCRIBE_BASE_URL}/unsubscribe/{token}`: the header's HTTPS URI and the template
     /// data's `unsubscribe_url`.
     pub url: String,
-    /// `<url>`, then `<mailto:…>` when `UNSUBSCRIBE_MAILTO` is set.
+    /// `<url>`, then `<mailto:…>` when `UNSUBSCRIBE_MAILTO` is set: the mail it asks for
+    /// carries the token in its subject (`?subject=unsubscribe%20{token}`) and, where the local
+    /// part stays within [`LOCAL_PART_MAX`], in the address's `+tag` — some clients drop the
+    /// subject, some providers the tag; `events` reads both ([`crate::events::inbound`]).
     pub header: String,
 }
 
@@ -205,16 +279,25 @@ impl Links {
     }
 
     pub fn for_member(&self, campaign_id: &str, member_id: i64) -> Link {
-        let url = format!(
-            "{}/unsubscribe/{}",
-            self.base,
-            self.signer.token(campaign_id, member_id)
-        );
+        let token = self.signer.token(campaign_id, member_id);
+        let url = format!("{}/unsubscribe/{token}", self.base);
         let header = match &self.mailto {
-            Some(m) => format!("<{url}>, <mailto:{m}?subject=unsubscribe>"),
+            Some(m) => {
+                let to = tagged(m, &token).unwrap_or_else(|| m.clone());
+                format!("<{url}>, <mailto:{to}?subject={MAILTO_SUBJECT}%20{token}>")
+            }
             None => format!("<{url}>"),
         };
         Link { url, header }
+    }
+
+    /// Whether every mail of `campaign_id` carries the token in its mailto's `+tag` too: the
+    /// longest member id's token still fits the local part ([`tagged`]).
+    pub fn every_mailto_tagged(&self, campaign_id: &str) -> bool {
+        let longest = self.signer.token(campaign_id, i64::MIN);
+        self.mailto
+            .as_deref()
+            .is_none_or(|m| tagged(m, &longest).is_some())
     }
 }
 
@@ -311,12 +394,35 @@ mod tests {
             Some("leave@example.com".into()),
         )
         .for_member("c1", 7);
+        let token = m.url.rsplit('/').next().unwrap();
         assert_eq!(
             m.header,
             format!(
-                "<{}>, <mailto:leave@example.com?subject=unsubscribe>",
+                "<{}>, <mailto:leave+{token}@example.com?subject=unsubscribe%20{token}>",
                 m.url
             )
         );
+    }
+
+    #[test]
+    fn the_mailto_carries_the_token_in_its_tag_only_while_the_local_part_fits() {
+        let links = |m: &str| Links::new("https://m.example.com", signer(), Some(m.into()));
+        let token = signer().token("c1", 7);
+        assert_eq!(
+            tagged("leave@example.com", &token),
+            Some(format!("leave+{token}@example.com"))
+        );
+        // 64 octets exactly fit; one more does not, and the subject alone carries it.
+        let local = "l".repeat(LOCAL_PART_MAX - 1 - token.len());
+        assert!(tagged(&format!("{local}@example.com"), &token).is_some());
+        let long = format!("{local}x@example.com");
+        assert_eq!(tagged(&long, &token), None);
+        let header = links(&long).for_member("c1", 7).header;
+        assert!(
+            header.ends_with(&format!("<mailto:{long}?subject=unsubscribe%20{token}>")),
+            "{header}"
+        );
+        assert!(links("leave@example.com").every_mailto_tagged("c1"));
+        assert!(!links("leave@example.com").every_mailto_tagged(&"c".repeat(40)));
     }
 }

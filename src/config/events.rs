@@ -6,12 +6,13 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{at_most, positive, ConfigError, FromEnv, Secret};
+use crate::events::inbound::Route;
 use crate::events::mailgun::Mailgun;
 use crate::events::postmark::Postmark;
 use crate::events::resend::Resend;
-use crate::events::sendgrid::SendGrid;
+use crate::events::sendgrid::{SendGrid, SendGridInbound};
 use crate::events::server::Listeners;
-use crate::events::sns::{Sns, DEFAULT_CERT_URL_PATTERN};
+use crate::events::sns::{SesInbound, Sns, DEFAULT_CERT_URL_PATTERN};
 use crate::events::webhook::Webhook;
 use crate::http::{Budget, Doors};
 use crate::store::events::Rules;
@@ -59,9 +60,20 @@ pub struct EventsConfig {
     /// none of theirs (`en`, `ja`, or one of `UNSUBSCRIBE_PAGE_TEXTS`).
     #[serde(default = "default_page_lang")]
     pub unsubscribe_page_lang: String,
+    /// `EVENTS_INBOUND_MAX_BODY_BYTES` (default 2097152, at most 16777216): the largest
+    /// inbound mail taken at `/inbound/{vendor}`; a larger one is answered so that its vendor
+    /// stops posting it (`crate::events::inbound`). Its own memory budget: eight such bodies
+    /// (128 MiB at most, within the events overlay's 256 MiB beside the vendors' budget).
+    #[serde(default = "default_inbound_max_body")]
+    pub events_inbound_max_body_bytes: u64,
     /// `SENDGRID_WEBHOOK_PUBLIC_KEY`: the Signed Event Webhook's verification key, base64 DER.
     #[serde(default)]
     pub sendgrid_webhook_public_key: Option<Secret>,
+    /// `SENDGRID_INBOUND_PUBLIC_KEY`: the Inbound Parse security policy's signature key
+    /// (`policy.signature.public_key`, base64 DER); with it (and `UNSUBSCRIBE_SECRET`),
+    /// `/inbound/sendgrid` is served.
+    #[serde(default)]
+    pub sendgrid_inbound_public_key: Option<Secret>,
     /// `RESEND_WEBHOOK_SECRET`: `whsec_…`.
     #[serde(default)]
     pub resend_webhook_secret: Option<Secret>,
@@ -91,6 +103,9 @@ fn default_page_lang() -> String {
 }
 fn default_max_body() -> u64 {
     4 * 1024 * 1024
+}
+fn default_inbound_max_body() -> u64 {
+    crate::events::inbound::DEFAULT_MAX_BODY as u64
 }
 fn default_db_timeout() -> u64 {
     5000
@@ -122,6 +137,15 @@ impl FromEnv for EventsConfig {
             "EVENTS_MAX_BODY_BYTES",
             self.events_max_body_bytes,
             64 * 1024 * 1024,
+        )?;
+        positive(
+            "EVENTS_INBOUND_MAX_BODY_BYTES",
+            self.events_inbound_max_body_bytes,
+        )?;
+        at_most(
+            "EVENTS_INBOUND_MAX_BODY_BYTES",
+            self.events_inbound_max_body_bytes,
+            16 * 1024 * 1024,
         )?;
         positive("EVENTS_DB_TIMEOUT_MS", self.events_db_timeout_ms)?;
         at_most("EVENTS_DB_TIMEOUT_MS", self.events_db_timeout_ms, 60_000)?;
@@ -171,78 +195,49 @@ impl EventsConfig {
     }
 
     /// A verifier for every vendor whose secret is set, weighing events by `rules`
-    /// ([`super::BrakeConfig::rules`]); a secret that cannot be one names its variable.
+    /// ([`super::BrakeConfig::rules`]), and the inbound routes of those that have one; a
+    /// secret that cannot be one names its variable.
     pub fn listeners(&self, rules: Rules) -> Result<Listeners, ConfigError> {
-        let sendgrid = self
-            .sendgrid_webhook_public_key
-            .as_ref()
-            .map(|k| SendGrid::new(k.expose()))
-            .transpose()
-            .map_err(|p| ConfigError::new("SENDGRID_WEBHOOK_PUBLIC_KEY", p))?;
-        let resend = self
-            .resend_webhook_secret
-            .as_ref()
-            .map(|k| Resend::new(k.expose()))
-            .transpose()
-            .map_err(|p| ConfigError::new("RESEND_WEBHOOK_SECRET", p))?;
-        let mailgun = self
-            .mailgun_webhook_signing_key
-            .as_ref()
-            .map(|k| Mailgun::new(k.expose()))
-            .transpose()
-            .map_err(|p| ConfigError::new("MAILGUN_WEBHOOK_SIGNING_KEY", p))?;
-        let postmark = match (&self.postmark_webhook_user, &self.postmark_webhook_password) {
-            (Some(u), Some(p)) => Some(
-                Postmark::new(u, p.expose())
-                    .map_err(|p| ConfigError::new("POSTMARK_WEBHOOK_PASSWORD", p))?,
-            ),
-            (None, None) => None,
-            _ => {
-                return Err(ConfigError::new(
-                    "POSTMARK_WEBHOOK_PASSWORD",
-                    "POSTMARK_WEBHOOK_USER and POSTMARK_WEBHOOK_PASSWORD go together",
-                ))
-            }
-        };
-        let sns = match &self.sns_topic_arns {
-            Some(t) => {
-                let topics: Vec<String> = t
-                    .split(',')
-                    .map(|s| s.trim().to_string())
-                    .filter(|s| !s.is_empty())
-                    .collect();
-                if topics.iter().any(|t| !t.starts_with("arn:aws")) || topics.is_empty() {
-                    return Err(ConfigError::new(
-                        "SNS_TOPIC_ARNS",
-                        "must be topic ARNs (arn:aws:sns:REGION:ACCOUNT:NAME), comma-separated",
-                    ));
-                }
-                let pattern = self
-                    .sns_cert_url_pattern
-                    .as_deref()
-                    .unwrap_or(DEFAULT_CERT_URL_PATTERN);
-                Some(
-                    Sns::new(topics, pattern)
-                        .map_err(|p| ConfigError::new("SNS_CERT_URL_PATTERN", p))?,
-                )
-            }
-            None => None,
-        };
         let webhooks: Vec<Box<dyn Webhook>> = [
-            sendgrid.map(|w| Box::new(w) as Box<dyn Webhook>),
-            sns.map(|w| Box::new(w) as Box<dyn Webhook>),
-            postmark.map(|w| Box::new(w) as Box<dyn Webhook>),
-            mailgun.map(|w| Box::new(w) as Box<dyn Webhook>),
-            resend.map(|w| Box::new(w) as Box<dyn Webhook>),
+            self.sendgrid(
+                &self.sendgrid_webhook_public_key,
+                "SENDGRID_WEBHOOK_PUBLIC_KEY",
+            )?
+            .map(|w| Box::new(w) as Box<dyn Webhook>),
+            self.sns()?.map(|w| Box::new(w) as Box<dyn Webhook>),
+            self.postmark()?.map(|w| Box::new(w) as Box<dyn Webhook>),
+            self.mailgun()?.map(|w| Box::new(w) as Box<dyn Webhook>),
+            self.resend()?.map(|w| Box::new(w) as Box<dyn Webhook>),
         ]
         .into_iter()
         .flatten()
         .collect();
+        let inbound: Vec<Box<dyn Route>> = [
+            self.postmark()?.map(|r| Box::new(r) as Box<dyn Route>),
+            self.mailgun()?.map(|r| Box::new(r) as Box<dyn Route>),
+            self.sendgrid(
+                &self.sendgrid_inbound_public_key,
+                "SENDGRID_INBOUND_PUBLIC_KEY",
+            )?
+            .map(|r| Box::new(SendGridInbound(r)) as Box<dyn Route>),
+            self.sns()?
+                .map(|r| Box::new(SesInbound(r)) as Box<dyn Route>),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let inbound_max = self.events_inbound_max_body_bytes as usize;
         Ok(Listeners {
             webhooks,
             bodies: Budget::new(
                 self.events_max_body_bytes as usize,
                 self.events_body_memory_bytes as usize,
+                self.read_timeout(),
+            ),
+            inbound,
+            inbound_bodies: Budget::new(
+                inbound_max,
+                inbound_max * crate::events::inbound::BODY_MEMORY_BODIES,
                 self.read_timeout(),
             ),
             db_timeout: Duration::from_millis(self.events_db_timeout_ms),
@@ -255,6 +250,70 @@ impl EventsConfig {
                 .transpose()
                 .map_err(|p| ConfigError::new("UNSUBSCRIBE_SECRET", p))?,
         })
+    }
+
+    fn sendgrid(
+        &self,
+        key: &Option<Secret>,
+        variable: &'static str,
+    ) -> Result<Option<SendGrid>, ConfigError> {
+        key.as_ref()
+            .map(|k| SendGrid::new(k.expose()))
+            .transpose()
+            .map_err(|p| ConfigError::new(variable, p))
+    }
+
+    fn resend(&self) -> Result<Option<Resend>, ConfigError> {
+        self.resend_webhook_secret
+            .as_ref()
+            .map(|k| Resend::new(k.expose()))
+            .transpose()
+            .map_err(|p| ConfigError::new("RESEND_WEBHOOK_SECRET", p))
+    }
+
+    fn mailgun(&self) -> Result<Option<Mailgun>, ConfigError> {
+        self.mailgun_webhook_signing_key
+            .as_ref()
+            .map(|k| Mailgun::new(k.expose()))
+            .transpose()
+            .map_err(|p| ConfigError::new("MAILGUN_WEBHOOK_SIGNING_KEY", p))
+    }
+
+    fn postmark(&self) -> Result<Option<Postmark>, ConfigError> {
+        match (&self.postmark_webhook_user, &self.postmark_webhook_password) {
+            (Some(u), Some(p)) => Postmark::new(u, p.expose())
+                .map(Some)
+                .map_err(|p| ConfigError::new("POSTMARK_WEBHOOK_PASSWORD", p)),
+            (None, None) => Ok(None),
+            _ => Err(ConfigError::new(
+                "POSTMARK_WEBHOOK_PASSWORD",
+                "POSTMARK_WEBHOOK_USER and POSTMARK_WEBHOOK_PASSWORD go together",
+            )),
+        }
+    }
+
+    fn sns(&self) -> Result<Option<Sns>, ConfigError> {
+        let Some(t) = &self.sns_topic_arns else {
+            return Ok(None);
+        };
+        let topics: Vec<String> = t
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+        if topics.iter().any(|t| !t.starts_with("arn:aws")) || topics.is_empty() {
+            return Err(ConfigError::new(
+                "SNS_TOPIC_ARNS",
+                "must be topic ARNs (arn:aws:sns:REGION:ACCOUNT:NAME), comma-separated",
+            ));
+        }
+        let pattern = self
+            .sns_cert_url_pattern
+            .as_deref()
+            .unwrap_or(DEFAULT_CERT_URL_PATTERN);
+        Sns::new(topics, pattern)
+            .map(Some)
+            .map_err(|p| ConfigError::new("SNS_CERT_URL_PATTERN", p))
     }
 
     /// The unsubscribe pages' texts: the built-in ones, `UNSUBSCRIBE_PAGE_TEXTS` over them,

@@ -82,9 +82,15 @@ pub struct RunConfig {
     /// sent links).
     #[serde(default)]
     pub unsubscribe_secret: Option<Secret>,
-    /// `UNSUBSCRIBE_MAILTO` (default unset): an address added as `<mailto:…>` after our link.
+    /// `UNSUBSCRIBE_MAILTO` (default unset): an address added as `<mailto:…>` after our link,
+    /// the token in its subject and `+tag`; only with `UNSUBSCRIBE_MAILTO_INBOUND`.
     #[serde(default)]
     pub unsubscribe_mailto: Option<String>,
+    /// `UNSUBSCRIBE_MAILTO_INBOUND` (required with `UNSUBSCRIBE_MAILTO`): `postmark`,
+    /// `mailgun`, `sendgrid` or `ses`, the vendor whose inbound route delivers that mailbox to
+    /// `events` ([`crate::unsubscribe::Inbound`]).
+    #[serde(default)]
+    pub unsubscribe_mailto_inbound: Option<String>,
     /// `SES_CONTACT_LIST` (required with `ses` and `LIST_UNSUBSCRIBE=vendor`) and
     /// `SES_CONTACT_TOPIC` (optional): SES list management's contact list and topic.
     #[serde(default)]

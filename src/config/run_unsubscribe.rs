@@ -4,7 +4,7 @@
 use super::RunConfig;
 use crate::config::ConfigError;
 use crate::provider::Kind;
-use crate::unsubscribe::{Links, Mode, Signer};
+use crate::unsubscribe::{Inbound, Links, Mode, Signer};
 
 impl RunConfig {
     /// `LIST_UNSUBSCRIBE` and what its mode needs: our links' settings for `ours`, a vendor
@@ -62,12 +62,37 @@ impl RunConfig {
             .ok_or_else(|| ConfigError::new("UNSUBSCRIBE_SECRET", why))?;
         let signer =
             Signer::new(secret.expose()).map_err(|p| ConfigError::new("UNSUBSCRIBE_SECRET", p))?;
+        self.mailto_inbound()?;
         if let Some(m) = &self.unsubscribe_mailto {
             mailto_problem(m).map_or(Ok(()), |p| Err(ConfigError::new("UNSUBSCRIBE_MAILTO", p)))?;
         }
         let links = Links::new(url.as_str(), signer, self.unsubscribe_mailto.clone());
         self.header_fits(&links)?;
         Ok(Some(links))
+    }
+
+    /// The vendor that delivers `UNSUBSCRIBE_MAILTO`'s mailbox to `events`: a mailto needs one
+    /// (else its unsubscribes would be lost: 78 before any mail), and one without a mailto is
+    /// a mistake too.
+    pub fn mailto_inbound(&self) -> Result<Option<Inbound>, ConfigError> {
+        let inbound = self
+            .unsubscribe_mailto_inbound
+            .as_deref()
+            .filter(|s| !s.trim().is_empty());
+        match (self.unsubscribe_mailto.as_deref(), inbound) {
+            (None, None) => Ok(None),
+            (Some(_), None) => Err(ConfigError::new(
+                "UNSUBSCRIBE_MAILTO",
+                "is set, but nothing reads that mailbox: set UNSUBSCRIBE_MAILTO_INBOUND to the vendor whose inbound route delivers it to `events` (postmark, mailgun, sendgrid or ses; docs/OPERATIONS.md \"The mailto\"), or unset UNSUBSCRIBE_MAILTO (the HTTPS link is what Gmail and Yahoo require)",
+            )),
+            (None, Some(_)) => Err(ConfigError::new(
+                "UNSUBSCRIBE_MAILTO_INBOUND",
+                "is set without UNSUBSCRIBE_MAILTO: set the mailbox too, or unset this",
+            )),
+            (Some(_), Some(v)) => Inbound::parse(v)
+                .map(Some)
+                .map_err(|p| ConfigError::new("UNSUBSCRIBE_MAILTO_INBOUND", p)),
+        }
     }
 
     /// Every mail's `Feedback-ID` value with `FEEDBACK_ID` set: `{campaign_id}:{vendor}:bulk:

@@ -5,14 +5,18 @@
 //! and a token is accepted for one event only, across every replica (the store keeps tokens,
 //! `store::events`). Our data is in `event-data.user-variables`; `event-data.id` is the event's id.
 
+use axum::http::HeaderMap;
+use futures::future::BoxFuture;
 use hmac::{Hmac, Mac};
 use serde_json::Value;
 use sha2::Sha256;
 
 use super::cause::{self, Hint};
 use super::event::{mailbox_status, member_of, text_of, time_of};
+use super::inbound::{field, form_fields, Mail, Received, Route};
 use super::{BadBody, Refused};
 use super::{Event, What};
+use crate::unsubscribe::Inbound;
 
 /// The oldest (or furthest ahead) a signature's timestamp may be, seconds.
 pub const MAX_AGE_S: i64 = 300;
@@ -52,16 +56,7 @@ impl Mailgun {
         let s = v.get("signature").ok_or(Refused::Unsigned)?;
         let field = |k: &str| s.get(k).and_then(Value::as_str).ok_or(Refused::Unsigned);
         let (ts, token, sig) = (field("timestamp")?, field("token")?, field("signature")?);
-        let at: i64 = ts.parse().map_err(|_| Refused::BadSignature)?;
-        if (now_s - at).abs() > MAX_AGE_S {
-            return Err(Refused::Stale);
-        }
-        let theirs = hex::decode(sig).map_err(|_| Refused::BadSignature)?;
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).expect("HMAC takes any key length");
-        mac.update(ts.as_bytes());
-        mac.update(token.as_bytes());
-        mac.verify_slice(&theirs)
-            .map_err(|_| Refused::BadSignature)?;
+        self.check(ts, token, sig, now_s)?;
         let events = v
             .get("event-data")
             .map(one)
@@ -72,6 +67,53 @@ impl Mailgun {
         Ok(Signed {
             token: token.to_string(),
             events,
+        })
+    }
+}
+
+impl Mailgun {
+    /// The signature of `timestamp` + `token` under the key, its timestamp within
+    /// [`MAX_AGE_S`] of `now_s`: what Mailgun signs, in its webhooks and its routes' posts.
+    fn check(&self, ts: &str, token: &str, sig: &str, now_s: i64) -> Result<(), Refused> {
+        let at: i64 = ts.parse().map_err(|_| Refused::BadSignature)?;
+        if (now_s - at).abs() > MAX_AGE_S {
+            return Err(Refused::Stale);
+        }
+        let theirs = hex::decode(sig).map_err(|_| Refused::BadSignature)?;
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).expect("HMAC takes any key length");
+        mac.update(ts.as_bytes());
+        mac.update(token.as_bytes());
+        mac.verify_slice(&theirs).map_err(|_| Refused::BadSignature)
+    }
+}
+
+/// A route's `forward()` (inbound mail): a form, `application/x-www-form-urlencoded` or
+/// `multipart/form-data` with attachments, whose `timestamp`, `token` and `signature` fields
+/// are signed as the webhooks' are; the mail in `recipient`, `To` and `subject`.
+impl Route for Mailgun {
+    fn vendor(&self) -> Inbound {
+        Inbound::Mailgun
+    }
+    fn receive<'a>(
+        &'a self,
+        headers: &'a HeaderMap,
+        body: &'a [u8],
+        now_s: i64,
+    ) -> BoxFuture<'a, Result<Received, Refused>> {
+        Box::pin(async move {
+            let fields = form_fields(headers, body).await.ok_or(Refused::Unsigned)?;
+            let signed = |k: &str| field(&fields, k).ok_or(Refused::Unsigned);
+            let (ts, token, sig) = (signed("timestamp")?, signed("token")?, signed("signature")?);
+            self.check(ts, token, sig, now_s)?;
+            let recipients = ["recipient", "To"]
+                .iter()
+                .filter_map(|k| field(&fields, k).map(str::to_string))
+                .collect();
+            let subject = field(&fields, "subject").map(str::to_string);
+            Ok(Received::Mail(Mail {
+                recipients,
+                subject,
+            }))
         })
     }
 }

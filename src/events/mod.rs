@@ -13,6 +13,8 @@
 //!   or a block by (the recipient's, the sender's, unknown);
 //! - [`one_click`]: `/unsubscribe/{token}`, one-click unsubscribe (RFC 8058) with our links;
 //!   [`pages`]: what a recipient reads there, in their language, naming the sender;
+//!   [`inbound`]: `/inbound/{vendor}`, the mailto's mails through a vendor's inbound route,
+//!   each vendor's half in its own file;
 //! - [`server`]: the HTTP server (`POST /events/{vendor}`, `GET /healthz`), its bounds and its
 //!   answers: 2xx only after the commit, 401/403 for a request that does not authenticate
 //!   (nothing stored, no body logged), 413 over the size bound, 503 when the database does not
@@ -20,6 +22,7 @@
 
 pub mod cause;
 pub mod event;
+pub mod inbound;
 pub mod mailgun;
 pub mod one_click;
 pub mod pages;
@@ -64,11 +67,30 @@ impl Refused {
             Refused::CertUnavailable => "cert_unavailable",
         }
     }
+
+    /// The answer: 403 for a foreign topic or certificate host, 503 for a certificate we could
+    /// not fetch (the vendor retries), 401 for the rest.
+    pub fn status(self) -> axum::http::StatusCode {
+        use axum::http::StatusCode;
+        match self {
+            Refused::Foreign(_) => StatusCode::FORBIDDEN,
+            Refused::CertUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::UNAUTHORIZED,
+        }
+    }
 }
 
 /// A body that authenticated but is not the vendor's event format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BadBody;
+
+/// Our clock in Unix seconds, for a signature's age.
+pub fn now_s() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or_default()
+}
 
 /// A header as text, if present and visible ASCII.
 pub fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {

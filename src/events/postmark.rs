@@ -11,8 +11,11 @@ use subtle::ConstantTimeEq as _;
 
 use super::cause::{self, Hint};
 use super::event::{member_of, text_of, time_of};
+use super::inbound::{Mail, Received, Route};
 use super::{header, BadBody, Refused};
 use super::{Event, What};
+use crate::unsubscribe::Inbound;
+use futures::future::BoxFuture;
 
 /// The shortest password taken: it is the webhook's only secret (Postmark signs nothing), so
 /// it must not be guessable: 16 characters at least (`openssl rand -hex 16` gives 32).
@@ -55,6 +58,45 @@ impl Postmark {
         } else {
             Err(Refused::BadSignature)
         }
+    }
+}
+
+/// Postmark's inbound webhook: the same basic-auth credentials in the URL
+/// (`https://user:pass@host/inbound/postmark`), checked before the body; the mail as JSON, its
+/// recipients in `OriginalRecipient`, `ToFull[].Email` and `To`, its `Subject`.
+impl Route for Postmark {
+    fn vendor(&self) -> Inbound {
+        Inbound::Postmark
+    }
+    fn check_head(&self, headers: &HeaderMap) -> Result<(), Refused> {
+        self.verify(headers)
+    }
+    fn receive<'a>(
+        &'a self,
+        _headers: &'a HeaderMap,
+        body: &'a [u8],
+        _now_s: i64,
+    ) -> BoxFuture<'a, Result<Received, Refused>> {
+        Box::pin(async move {
+            let Ok(v) = serde_json::from_slice::<Value>(body) else {
+                return Ok(Received::Answer(axum::http::StatusCode::BAD_REQUEST));
+            };
+            let text = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
+            let full = v
+                .get("ToFull")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten();
+            let recipients = ["OriginalRecipient", "To"]
+                .iter()
+                .filter_map(|k| text(k))
+                .chain(full.filter_map(|t| t.get("Email")?.as_str().map(str::to_string)))
+                .collect();
+            Ok(Received::Mail(Mail {
+                recipients,
+                subject: text("Subject"),
+            }))
+        })
     }
 }
 

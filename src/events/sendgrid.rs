@@ -14,8 +14,11 @@ use serde_json::Value;
 
 use super::cause::{self, Hint};
 use super::event::{mailbox_status, member_of, text_of, time_of};
+use super::inbound::{field, form_fields, Mail, Received, Route};
 use super::{header, BadBody, Refused};
 use super::{Event, What};
+use crate::unsubscribe::Inbound;
+use futures::future::BoxFuture;
 
 const SIGNATURE: &str = "x-twilio-email-event-webhook-signature";
 const TIMESTAMP: &str = "x-twilio-email-event-webhook-timestamp";
@@ -52,6 +55,58 @@ impl SendGrid {
         self.key
             .verify(&signed, &sig)
             .map_err(|_| Refused::BadSignature)
+    }
+}
+
+/// SendGrid's Inbound Parse with a security policy whose signature is on: the same ECDSA
+/// headers and scheme as the Event Webhook (the timestamp then the raw `multipart/form-data`
+/// body), under the policy's own key (`SENDGRID_INBOUND_PUBLIC_KEY`); the mail in `envelope`
+/// (JSON: `to`), `to` and `subject`, in the parsed and the raw format alike.
+pub struct SendGridInbound(pub SendGrid);
+
+impl Route for SendGridInbound {
+    fn vendor(&self) -> Inbound {
+        Inbound::Sendgrid
+    }
+    fn check_head(&self, headers: &HeaderMap) -> Result<(), Refused> {
+        match SIGNED_BY.iter().all(|h| header(headers, h).is_some()) {
+            true => Ok(()),
+            false => Err(Refused::Unsigned),
+        }
+    }
+    fn receive<'a>(
+        &'a self,
+        headers: &'a HeaderMap,
+        body: &'a [u8],
+        _now_s: i64,
+    ) -> BoxFuture<'a, Result<Received, Refused>> {
+        Box::pin(async move {
+            self.0.verify(headers, body)?;
+            let Some(fields) = form_fields(headers, body).await else {
+                return Ok(Received::Answer(axum::http::StatusCode::BAD_REQUEST));
+            };
+            let envelope = field(&fields, "envelope")
+                .and_then(|e| serde_json::from_str::<Value>(e).ok())
+                .and_then(|e| e.get("to").cloned());
+            let recipients = envelope
+                .iter()
+                .flat_map(|to| match to {
+                    Value::Array(a) => a
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_string)
+                        .collect(),
+                    Value::String(s) => vec![s.clone()],
+                    _ => vec![],
+                })
+                .chain(field(&fields, "to").map(str::to_string))
+                .collect();
+            let subject = field(&fields, "subject").map(str::to_string);
+            Ok(Received::Mail(Mail {
+                recipients,
+                subject,
+            }))
+        })
     }
 }
 

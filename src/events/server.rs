@@ -18,7 +18,7 @@
 //! connections themselves are bounded by [`crate::http::listen`].
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -29,7 +29,7 @@ use sqlx::PgPool;
 use tracing::warn;
 
 use super::webhook::{Delivery, Webhook};
-use super::{mailgun, Event, Refused};
+use super::{mailgun, now_s, Event, Refused};
 use crate::http::{Budget, NotRead};
 use crate::metrics::{BRAKES_TOTAL, SOFT_BOUNCE_SUPPRESSIONS_TOTAL};
 use crate::metrics::{
@@ -46,6 +46,11 @@ pub struct Listeners {
     /// How bodies are read: `EVENTS_MAX_BODY_BYTES` (413 over it),
     /// `EVENTS_BODY_MEMORY_BYTES`, `EVENTS_READ_TIMEOUT_MS`.
     pub bodies: Budget,
+    /// The vendors' inbound routes for the mailto, each at `/inbound/{vendor}` with
+    /// `UNSUBSCRIBE_SECRET` ([`super::inbound`]), and how their bodies are read
+    /// (`EVENTS_INBOUND_MAX_BODY_BYTES`, a budget of their own).
+    pub inbound: Vec<Box<dyn super::inbound::Route>>,
+    pub inbound_bodies: Budget,
     /// `EVENTS_DB_TIMEOUT_MS`: how long a request waits for the database before 503.
     pub db_timeout: Duration,
     /// The brake's lines and the soft-bounce rule.
@@ -79,11 +84,30 @@ pub fn router(pool: PgPool, listeners: Listeners) -> Router {
             senders: Default::default(),
         })
     });
+    let mut listeners = listeners;
+    let routes = std::mem::take(&mut listeners.inbound);
+    let inbox = match (listeners.one_click.clone(), routes.is_empty()) {
+        (Some(signer), false) => Some(Arc::new(super::inbound::Inbox {
+            routes,
+            signer,
+            pool: pool.clone(),
+            bodies: listeners.inbound_bodies.clone(),
+            db_timeout: listeners.db_timeout,
+        })),
+        _ => None,
+    };
     let app = Arc::new(App { pool, listeners });
-    let router = Router::new()
+    let mut router = Router::new()
         .route("/events/{vendor}", post(receive))
         .route("/healthz", get(|| async { "ok" }))
         .with_state(app);
+    if let Some(inbox) = inbox {
+        router = router.merge(
+            Router::new()
+                .route("/inbound/{vendor}", post(super::inbound::receive))
+                .with_state(inbox),
+        );
+    }
     match one_click {
         Some(state) => router.merge(
             Router::new()
@@ -161,13 +185,6 @@ pub async fn prune(
             warn!(error = %e, "pruning old soft bounces failed; the next minute tries again");
         }
     }
-}
-
-fn now_s() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or_default()
 }
 
 async fn receive(
@@ -267,11 +284,7 @@ fn unread(vendor: &str, why: NotRead) -> StatusCode {
 fn refuse(vendor: &str, why: Refused) -> StatusCode {
     counter!(EVENTS_REFUSED_TOTAL, "vendor" => vendor.to_string(), "reason" => why.label())
         .increment(1);
-    let code = match why {
-        Refused::Foreign(_) => StatusCode::FORBIDDEN,
-        Refused::CertUnavailable => StatusCode::SERVICE_UNAVAILABLE,
-        _ => StatusCode::UNAUTHORIZED,
-    };
+    let code = why.status();
     let what = match why {
         Refused::Foreign(field) => field,
         other => other.label(),

@@ -23,8 +23,12 @@ use x509_cert::Certificate;
 
 use super::cause::{self, Hint};
 use super::event::{member_of, text_of, time_of};
+use super::inbound::{Mail, Received, Route};
 use super::{BadBody, Refused};
 use super::{Event, What};
+use crate::unsubscribe::Inbound;
+use axum::http::{HeaderMap, StatusCode};
+use futures::future::BoxFuture;
 
 /// `SNS_CERT_URL_PATTERN`'s default: SNS's own hosts, over HTTPS, a `.pem` path.
 pub const DEFAULT_CERT_URL_PATTERN: &str =
@@ -87,8 +91,8 @@ impl Sns {
         })
     }
 
-    /// Checks the envelope (topic, certificate URL, signature) and says what it asks.
-    pub async fn verify(&self, body: &[u8]) -> Result<Verified, Refused> {
+    /// The envelope of `body`, once its topic, certificate URL and signature hold.
+    pub async fn envelope(&self, body: &[u8]) -> Result<Envelope, Refused> {
         let env: Envelope = serde_json::from_slice(body).map_err(|_| Refused::Unsigned)?;
         if !self.topics.iter().any(|t| t == &env.topic_arn) {
             return Err(Refused::Foreign("topic"));
@@ -98,6 +102,12 @@ impl Sns {
         }
         let key = self.cert(&env.signing_cert_url).await?;
         check_signature(&env, &key)?;
+        Ok(env)
+    }
+
+    /// Checks the envelope (topic, certificate URL, signature) and says what it asks.
+    pub async fn verify(&self, body: &[u8]) -> Result<Verified, Refused> {
+        let env = self.envelope(body).await?;
         match env.kind.as_str() {
             "SubscriptionConfirmation" => {
                 let url = env.subscribe_url.clone().ok_or(Refused::Unsigned)?;
@@ -149,6 +159,75 @@ impl Sns {
         certs.insert(url.to_string(), key.clone());
         Ok(key)
     }
+}
+
+/// SES receiving with an SNS action: the same envelope, topic and signature as the events
+/// (the receiving topic listed in `SNS_TOPIC_ARNS` too), its own subscription handshake; the
+/// `Received` notification's `receipt.recipients`, `mail.destination` and
+/// `mail.commonHeaders.subject` are the mail.
+pub struct SesInbound(pub Sns);
+
+impl Route for SesInbound {
+    fn vendor(&self) -> Inbound {
+        Inbound::Ses
+    }
+    fn receive<'a>(
+        &'a self,
+        _headers: &'a HeaderMap,
+        body: &'a [u8],
+        _now_s: i64,
+    ) -> BoxFuture<'a, Result<Received, Refused>> {
+        Box::pin(async move {
+            let env = self.0.envelope(body).await?;
+            match env.kind.as_str() {
+                "SubscriptionConfirmation" => Ok(Received::Answer(self.confirm(&env).await?)),
+                "Notification" => Ok(received(&env.message)),
+                _ => Ok(Received::Answer(StatusCode::OK)),
+            }
+        })
+    }
+}
+
+impl SesInbound {
+    /// Confirms the receiving topic's subscription (its URL on the certificate's host).
+    async fn confirm(&self, env: &Envelope) -> Result<StatusCode, Refused> {
+        let url = env.subscribe_url.as_deref().ok_or(Refused::Unsigned)?;
+        if !same_origin(url, &env.signing_cert_url) {
+            return Err(Refused::Foreign("SubscribeURL"));
+        }
+        Ok(match self.0.subscribe(url).await {
+            Ok(()) => StatusCode::OK,
+            Err(_) => StatusCode::BAD_GATEWAY,
+        })
+    }
+}
+
+/// The mail of a `Received` notification; any other is answered 200 and read no further.
+fn received(message: &str) -> Received {
+    let Ok(n) = serde_json::from_str::<Value>(message) else {
+        return Received::Answer(StatusCode::BAD_REQUEST);
+    };
+    if n.get("notificationType").and_then(Value::as_str) != Some("Received") {
+        return Received::Answer(StatusCode::OK);
+    }
+    let texts = |p: &str| {
+        n.pointer(p)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect::<Vec<_>>()
+    };
+    let mut recipients = texts("/receipt/recipients");
+    recipients.extend(texts("/mail/destination"));
+    let subject = n
+        .pointer("/mail/commonHeaders/subject")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    Received::Mail(Mail {
+        recipients,
+        subject,
+    })
 }
 
 /// Whether two URLs have the same scheme, host and port.

@@ -137,6 +137,9 @@ pub struct Status {
     /// The campaign by mailbox provider (Gmail, Outlook.com, …): sent, what the events said,
     /// the sender's refusals by cause ([`crate::store::providers`]).
     pub providers: Vec<crate::store::providers::AtProvider>,
+    /// The mailto's inbound mails, fleet-wide (a mail without a token names no campaign): by
+    /// vendor and outcome, with when the last came ([`crate::store::inbound`]).
+    pub inbound: Vec<crate::store::inbound::Tally>,
 }
 
 /// The send window as `status` shows it.
@@ -294,6 +297,7 @@ pub async fn gather(
         progress,
         funnel: crate::store::events::funnel(pool, campaign_id).await?,
         providers: crate::store::providers::of_campaign(pool, campaign_id).await?,
+        inbound: crate::store::inbound::tallies(pool).await?,
         reputation: brake::tally(pool, campaign_id)
             .await?
             .map(|t| Reputation::of(&t, defaults.lines)),
@@ -352,6 +356,7 @@ impl Status {
             archived: None,
             funnel: vec![],
             providers: vec![],
+            inbound: Vec::new(),
             reputation: None,
         }
     }

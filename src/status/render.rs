@@ -71,7 +71,37 @@ pub fn render(s: &Status) -> String {
     render_funnel(&mut o, s);
     render_providers(&mut o, s);
     render_reputation(&mut o, s);
+    render_inbound(&mut o, s);
     o
+}
+
+/// The mailto's inbound mails, once one came: `mailto     postmark: unsubscribed 12, last
+/// 2026-12-07 10:00 UTC · no token 3, last … (read those in the vendor's inbound log)`.
+fn render_inbound(o: &mut String, s: &Status) {
+    let mut vendors: Vec<&str> = s.inbound.iter().map(|t| t.vendor.as_str()).collect();
+    vendors.dedup();
+    for vendor in vendors {
+        let of_vendor = s.inbound.iter().filter(|t| t.vendor == vendor);
+        let shown: Vec<String> = of_vendor
+            .map(|t| {
+                format!(
+                    "{} {}, last {}",
+                    t.outcome.replace('_', " "),
+                    t.mails,
+                    t.last_at.format("%Y-%m-%d %H:%M UTC")
+                )
+            })
+            .collect();
+        let hint = match s
+            .inbound
+            .iter()
+            .any(|t| t.vendor == vendor && t.outcome == "no_token")
+        {
+            true => " (read those without a token in the vendor's inbound log)",
+            false => "",
+        };
+        let _ = writeln!(o, "mailto     {vendor}: {}{hint}", shown.join(" · "));
+    }
 }
 
 /// The complaint and hard-bounce rates against the lines the brake holds the campaign to.

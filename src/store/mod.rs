@@ -7,6 +7,7 @@
 //!   the fleet-wide kill switch;
 //! - [`budgets`]: `job_budgets`, one time budget per Job object;
 //! - [`one_click`]: a one-click unsubscribe: the row opted out, its address listed, counted;
+//!   [`inbound`]: the mailto's inbound mails, counted by what became of them;
 //! - [`rate`]: `rate_limits`, `rate_pods` and `rate_usage`, the fleet-wide rate limit's rounds;
 //! - [`account`]: the same tables as operators see and steer them (members, refusals, a live
 //!   limit, the daily quota's use);
@@ -44,6 +45,7 @@ pub mod events;
 pub mod failed;
 pub mod history;
 pub mod import;
+pub mod inbound;
 pub mod one_click;
 pub mod outage;
 pub mod providers;

@@ -208,6 +208,11 @@ impl Worker {
         if let Some(caution) = self.cfg.list_unsubscribe.caution() {
             warn!(worker = %self.name, "{caution}");
         }
+        if let Ok(Some(links)) = self.cfg.links() {
+            if !links.every_mailto_tagged(self.store.campaign_id()) {
+                info!(worker = %self.name, "UNSUBSCRIBE_MAILTO: with this campaign id the longest member ids make a local part over 64 octets; those mails carry the token in the mailto's subject only (a shorter mailbox or campaign id puts it in every +tag too)");
+            }
+        }
         let letter = Arc::new(letter(&start.settings));
         let mut p = Pipeline::new(self, letter, cancel, false, start.failure_budget);
         p.requests_end = end.map(|e| e.at + REQUEST_GRACE);

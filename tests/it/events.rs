@@ -9,7 +9,7 @@ use base64::Engine as _;
 use campaign_sender::events::mailgun::Mailgun;
 use campaign_sender::events::postmark::Postmark;
 use campaign_sender::events::resend::Resend;
-use campaign_sender::events::sendgrid::SendGrid;
+use campaign_sender::events::sendgrid::{SendGrid, SendGridInbound};
 use campaign_sender::events::server::{router, Listeners};
 use campaign_sender::http::Budget;
 use hmac::{Hmac, Mac};
@@ -27,7 +27,9 @@ const SG_OFFICIAL_SIG: &str = "MEUCIGHQVtGj+Y3LkG9fLcxf3qfI10QysgDWmMOVmxG0u6ZUA
 const SG_OFFICIAL_TS: &str = "1600112502";
 const SG_OFFICIAL_BODY: &str = "[{\"email\":\"hello@world.com\",\"event\":\"dropped\",\"reason\":\"Bounced Address\",\"sg_event_id\":\"ZHJvcC0xMDk5NDkxOS1MUnpYbF9OSFN0T0doUTRrb2ZTbV9BLTA\",\"sg_message_id\":\"LRzXl_NHStOGhQ4kofSm_A.filterdrecv-p3mdw1-756b745b58-kmzbl-18-5F5FC76C-9.0\",\"smtp-id\":\"<LRzXl_NHStOGhQ4kofSm_A@ismtpd0039p1iad1.sendgrid.net>\",\"timestamp\":1600112492}]\r\n";
 
-const MAILGUN_KEY: &str = "key-campaign-sender-test-signing-key";
+pub(crate) const MAILGUN_KEY: &str = "key-campaign-sender-test-signing-key";
+/// The test listeners' inbound mail cap.
+pub(crate) const INBOUND_MAX: usize = 256 * 1024;
 pub(crate) const POSTMARK_USER: &str = "postmark-hook";
 pub(crate) const POSTMARK_PASSWORD: &str = "s3cret-pass-0123456789";
 
@@ -74,6 +76,12 @@ pub(crate) fn listeners(official_sendgrid: bool) -> Listeners {
             Box::new(Postmark::new(POSTMARK_USER, POSTMARK_PASSWORD).unwrap()),
         ],
         bodies: Budget::new(64 * 1024, 16 * 1024 * 1024, Duration::from_secs(10)),
+        inbound: vec![
+            Box::new(Postmark::new(POSTMARK_USER, POSTMARK_PASSWORD).unwrap()),
+            Box::new(Mailgun::new(MAILGUN_KEY).unwrap()),
+            Box::new(SendGridInbound(SendGrid::new(&sg).unwrap())),
+        ],
+        inbound_bodies: Budget::new(INBOUND_MAX, 8 * INBOUND_MAX, Duration::from_secs(10)),
         db_timeout: Duration::from_secs(2),
         rules: campaign_sender::config::BrakeConfig::default().rules(),
         one_click: Some(campaign_sender::unsubscribe::Signer::new(ONE_CLICK[1].1).unwrap()),

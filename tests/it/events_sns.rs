@@ -12,7 +12,7 @@ use axum::routing::get;
 use axum::Router;
 use base64::Engine as _;
 use campaign_sender::events::server::Listeners;
-use campaign_sender::events::sns::Sns;
+use campaign_sender::events::sns::{SesInbound, Sns};
 use campaign_sender::http::Budget;
 use serde_json::json;
 use sqlx::PgPool;
@@ -79,12 +79,16 @@ async fn aws() -> Aws {
     }
 }
 
+fn sns() -> Sns {
+    Sns::new(vec![TOPIC.into()], r"^http://127\.0\.0\.1:\d+/[^?#]+\.pem$").unwrap()
+}
+
 fn listeners() -> Listeners {
     Listeners {
-        webhooks: vec![Box::new(
-            Sns::new(vec![TOPIC.into()], r"^http://127\.0\.0\.1:\d+/[^?#]+\.pem$").unwrap(),
-        )],
+        webhooks: vec![Box::new(sns())],
         bodies: Budget::new(256 * 1024, 16 * 1024 * 1024, Duration::from_secs(10)),
+        inbound: vec![Box::new(SesInbound(sns()))],
+        inbound_bodies: Budget::new(256 * 1024, 2 * 1024 * 1024, Duration::from_secs(10)),
         db_timeout: Duration::from_secs(2),
         rules: campaign_sender::config::BrakeConfig::default().rules(),
         one_click: None,
@@ -229,4 +233,82 @@ async fn ses_events_through_sns_are_verified_with_the_certificate_and_the_topic_
         [("member2@example.com".to_string(), "hard_bounce".to_string())]
     );
     assert_eq!(state_of(&pool, 1).await.0, "sent");
+}
+
+/// SES receiving with an SNS action (the mailto's mailbox): the receiving topic's handshake, a
+/// `Received` notification whose subject holds the token unsubscribes its member before the
+/// 200, one whose signature does not hold changes nothing, one without a token is counted.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_mailto_through_ses_receiving_unsubscribes_once_its_sns_signature_holds(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 3).await;
+    let a = aws().await;
+    let signer = campaign_sender::unsubscribe::Signer::new(ONE_CLICK[1].1).unwrap();
+    let mut l = listeners();
+    l.one_click = Some(signer.clone());
+    let url = format!("{}/inbound/ses", serve_events(pool.clone(), l).await);
+
+    let sub = envelope(&a, "SubscriptionConfirmation", "s-1", "confirm", "2", TOPIC);
+    assert_eq!(post(&url, &[], &sub).await, 200);
+    assert_eq!(a.confirmed.load(Ordering::SeqCst), 1);
+
+    let received = |subject: &str| {
+        json!({"notificationType": "Received",
+               "mail": {"destination": ["leave@example.com"], "messageId": "in-1",
+                        "commonHeaders": {"subject": subject}},
+               "receipt": {"recipients": ["leave@example.com"], "action": {"type": "SNS"}}})
+        .to_string()
+    };
+    let token = signer.token(CAMPAIGN, 2);
+    let mail = envelope(
+        &a,
+        "Notification",
+        "r-1",
+        &received(&format!("unsubscribe {token}")),
+        "2",
+        TOPIC,
+    );
+    let tampered = mail.replace(&token, &signer.token(CAMPAIGN, 3));
+    assert_eq!(post(&url, &[], &tampered).await, 401);
+    let opted = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT member_id FROM campaign_targets WHERE opted_out_at IS NOT NULL",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+    };
+    assert!(
+        opted().await.is_empty(),
+        "a tampered mail unsubscribed someone"
+    );
+    assert_eq!(post(&url, &[], &mail).await, 200);
+    assert_eq!(opted().await, [2]);
+    let listed: Option<String> =
+        sqlx::query_scalar("SELECT reason FROM suppressions WHERE email = 'member2@example.com'")
+            .fetch_optional(&pool)
+            .await
+            .unwrap();
+    assert_eq!(listed.as_deref(), Some("unsubscribe"));
+
+    let by_hand = envelope(
+        &a,
+        "Notification",
+        "r-2",
+        &received("remove me"),
+        "2",
+        TOPIC,
+    );
+    assert_eq!(post(&url, &[], &by_hand).await, 200);
+    let tally: Vec<(String, String, i64)> =
+        sqlx::query_as("SELECT vendor, outcome, mails FROM inbound_mail ORDER BY outcome")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        tally,
+        [
+            ("ses".into(), "no_token".into(), 1),
+            ("ses".into(), "unsubscribed".into(), 1)
+        ]
+    );
 }

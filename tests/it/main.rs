@@ -20,6 +20,7 @@ mod exit_codes;
 mod fold;
 mod hostile;
 mod import;
+mod inbound;
 mod keda;
 mod layers;
 mod lift;

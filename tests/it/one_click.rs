@@ -16,7 +16,7 @@ fn signer() -> Signer {
 }
 
 /// (opted out?, listed as (reason, source)?, one-click events counted) for member `m`.
-async fn left(pool: &PgPool, m: i64) -> (bool, Option<(String, Option<String>)>, i64) {
+pub(crate) async fn left(pool: &PgPool, m: i64) -> (bool, Option<(String, Option<String>)>, i64) {
     let opted: bool = sqlx::query_scalar(
         "SELECT opted_out_at IS NOT NULL FROM campaign_targets WHERE campaign_id = $1 AND member_id = $2",
     )

@@ -776,6 +776,7 @@ async fn a_list_unsubscribe_over_the_vendors_limit_exits_78_before_any_mail(pool
         if !url.is_empty() {
             e.push(("UNSUBSCRIBE_BASE_URL", url.into()));
             e.push(("UNSUBSCRIBE_MAILTO", "ünsub@exämple.de".into()));
+            e.push(("UNSUBSCRIBE_MAILTO_INBOUND", "postmark".into()));
         }
         e
     };
