@@ -14,6 +14,7 @@ use sha2::Sha256;
 use super::cause::{self, Hint};
 use super::event::{mailbox_status, member_of, text_of, time_of};
 use super::inbound::{field, form_fields, Mail, Received, Route};
+use super::webhook::{Delivery, Webhook};
 use super::{BadBody, Refused};
 use super::{Event, What};
 use crate::unsubscribe::Inbound;
@@ -197,5 +198,25 @@ fn recipients_mailbox(e: &Value) -> bool {
             status.and_then(|s| s.get("code")).and_then(Value::as_i64),
             Some(450 | 452 | 552)
         ),
+    }
+}
+
+impl Webhook for Mailgun {
+    fn vendor(&self) -> &'static str {
+        "mailgun"
+    }
+    fn receive<'a>(
+        &'a self,
+        _headers: &'a HeaderMap,
+        body: &'a [u8],
+        now_s: i64,
+    ) -> BoxFuture<'a, Result<Delivery, Refused>> {
+        Box::pin(async move {
+            let Signed { token, events } = self.verify(body, now_s)?;
+            Ok(Delivery::Events {
+                events,
+                token: Some(token),
+            })
+        })
     }
 }

@@ -12,6 +12,7 @@ use subtle::ConstantTimeEq as _;
 use super::cause::{self, Hint};
 use super::event::{member_of, text_of, time_of};
 use super::inbound::{Mail, Received, Route};
+use super::webhook::{Delivery, Webhook};
 use super::{header, BadBody, Refused};
 use super::{Event, What};
 use crate::unsubscribe::Inbound;
@@ -166,4 +167,22 @@ pub fn parse(body: &[u8]) -> Result<Vec<Event>, BadBody> {
             .find_map(|k| time_of(e.get(*k))),
         refusal,
     }])
+}
+
+impl Webhook for Postmark {
+    fn vendor(&self) -> &'static str {
+        "postmark"
+    }
+    /// Its credentials are all it signs: checked before the body.
+    fn check_head(&self, headers: &HeaderMap) -> Result<(), Refused> {
+        self.verify(headers)
+    }
+    fn receive<'a>(
+        &'a self,
+        _headers: &'a HeaderMap,
+        body: &'a [u8],
+        _now_s: i64,
+    ) -> BoxFuture<'a, Result<Delivery, Refused>> {
+        Box::pin(async move { Ok(Delivery::parsed(parse(body))) })
+    }
 }

@@ -12,8 +12,10 @@ use sha2::Sha256;
 
 use super::cause::{self, Hint};
 use super::event::{member_of, text_of, time_of};
+use super::webhook::{present, Delivery, Webhook};
 use super::{header, BadBody, Refused};
 use super::{Event, What};
+use futures::future::BoxFuture;
 
 /// The Standard Webhooks tolerance: a timestamp further than this from our clock is refused.
 pub const TOLERANCE_S: i64 = 300;
@@ -132,4 +134,24 @@ pub fn parse(body: &[u8], id: String) -> Result<Vec<Event>, BadBody> {
         occurred_at: time_of(e.get("created_at")),
         refusal,
     }])
+}
+
+impl Webhook for Resend {
+    fn vendor(&self) -> &'static str {
+        "resend"
+    }
+    fn check_head(&self, headers: &HeaderMap) -> Result<(), Refused> {
+        present(headers, &SIGNED_BY)
+    }
+    fn receive<'a>(
+        &'a self,
+        headers: &'a HeaderMap,
+        body: &'a [u8],
+        now_s: i64,
+    ) -> BoxFuture<'a, Result<Delivery, Refused>> {
+        Box::pin(async move {
+            let id = self.verify(headers, body, now_s)?;
+            Ok(Delivery::parsed(parse(body, id)))
+        })
+    }
 }

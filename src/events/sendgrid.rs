@@ -15,6 +15,7 @@ use serde_json::Value;
 use super::cause::{self, Hint};
 use super::event::{mailbox_status, member_of, text_of, time_of};
 use super::inbound::{field, form_fields, Mail, Received, Route};
+use super::webhook::{present, Delivery, Webhook};
 use super::{header, BadBody, Refused};
 use super::{Event, What};
 use crate::unsubscribe::Inbound;
@@ -69,10 +70,7 @@ impl Route for SendGridInbound {
         Inbound::Sendgrid
     }
     fn check_head(&self, headers: &HeaderMap) -> Result<(), Refused> {
-        match SIGNED_BY.iter().all(|h| header(headers, h).is_some()) {
-            true => Ok(()),
-            false => Err(Refused::Unsigned),
-        }
+        present(headers, &SIGNED_BY)
     }
     fn receive<'a>(
         &'a self,
@@ -167,4 +165,24 @@ fn one(e: &Value) -> Option<Event> {
         occurred_at: time_of(e.get("timestamp")),
         refusal,
     })
+}
+
+impl Webhook for SendGrid {
+    fn vendor(&self) -> &'static str {
+        "sendgrid"
+    }
+    fn check_head(&self, headers: &HeaderMap) -> Result<(), Refused> {
+        present(headers, &SIGNED_BY)
+    }
+    fn receive<'a>(
+        &'a self,
+        headers: &'a HeaderMap,
+        body: &'a [u8],
+        _now_s: i64,
+    ) -> BoxFuture<'a, Result<Delivery, Refused>> {
+        Box::pin(async move {
+            self.verify(headers, body)?;
+            Ok(Delivery::parsed(parse(body)))
+        })
+    }
 }

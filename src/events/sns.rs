@@ -24,11 +24,13 @@ use x509_cert::Certificate;
 use super::cause::{self, Hint};
 use super::event::{member_of, text_of, time_of};
 use super::inbound::{Mail, Received, Route};
+use super::webhook::{Delivery, Webhook};
 use super::{BadBody, Refused};
 use super::{Event, What};
 use crate::unsubscribe::Inbound;
 use axum::http::{HeaderMap, StatusCode};
 use futures::future::BoxFuture;
+use tracing::{info, warn};
 
 /// `SNS_CERT_URL_PATTERN`'s default: SNS's own hosts, over HTTPS, a `.pem` path.
 pub const DEFAULT_CERT_URL_PATTERN: &str =
@@ -398,4 +400,37 @@ pub fn parse_ses(message: &str, sns_id: &str) -> Result<Vec<Event>, BadBody> {
 /// mail, not the address.
 pub fn recipients_transient(sub_type: Option<&str>) -> bool {
     matches!(sub_type, Some("MailboxFull" | "General"))
+}
+
+impl Webhook for Sns {
+    /// SES, through SNS.
+    fn vendor(&self) -> &'static str {
+        "ses"
+    }
+    fn receive<'a>(
+        &'a self,
+        _headers: &'a HeaderMap,
+        body: &'a [u8],
+        _now_s: i64,
+    ) -> BoxFuture<'a, Result<Delivery, Refused>> {
+        Box::pin(async move {
+            Ok(match self.verify(body).await? {
+                Verified::Events(events) => Delivery::Events {
+                    events,
+                    token: None,
+                },
+                Verified::Nothing => Delivery::Answer(StatusCode::OK),
+                Verified::Subscribe(url) => match self.subscribe(&url).await {
+                    Ok(()) => {
+                        info!("the SNS subscription is confirmed");
+                        Delivery::Answer(StatusCode::OK)
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "confirming the SNS subscription failed; SNS asks again");
+                        Delivery::Answer(StatusCode::BAD_GATEWAY)
+                    }
+                },
+            })
+        })
+    }
 }

@@ -5,14 +5,8 @@
 
 use axum::http::{HeaderMap, StatusCode};
 use futures::future::BoxFuture;
-use tracing::{info, warn};
 
-use super::mailgun::Mailgun;
-use super::postmark::Postmark;
-use super::resend::Resend;
-use super::sendgrid::SendGrid;
-use super::sns::{Sns, Verified};
-use super::{header, mailgun, postmark, resend, sendgrid, BadBody, Event, Refused};
+use super::{header, BadBody, Event, Refused};
 
 /// What an authenticated request brings.
 pub enum Delivery {
@@ -28,7 +22,7 @@ pub enum Delivery {
 
 impl Delivery {
     /// The events of a body the vendor signed, or 400 for one that is not its format.
-    fn parsed(events: Result<Vec<Event>, BadBody>) -> Self {
+    pub(super) fn parsed(events: Result<Vec<Event>, BadBody>) -> Self {
         match events {
             Ok(events) => Delivery::Events {
                 events,
@@ -62,120 +56,9 @@ pub trait Webhook: Send + Sync {
 }
 
 /// The headers named here must all be present.
-fn present(headers: &HeaderMap, names: &[&str]) -> Result<(), Refused> {
+pub(super) fn present(headers: &HeaderMap, names: &[&str]) -> Result<(), Refused> {
     match names.iter().all(|h| header(headers, h).is_some()) {
         true => Ok(()),
         false => Err(Refused::Unsigned),
-    }
-}
-
-impl Webhook for SendGrid {
-    fn vendor(&self) -> &'static str {
-        "sendgrid"
-    }
-    fn check_head(&self, headers: &HeaderMap) -> Result<(), Refused> {
-        present(headers, &sendgrid::SIGNED_BY)
-    }
-    fn receive<'a>(
-        &'a self,
-        headers: &'a HeaderMap,
-        body: &'a [u8],
-        _now_s: i64,
-    ) -> BoxFuture<'a, Result<Delivery, Refused>> {
-        Box::pin(async move {
-            self.verify(headers, body)?;
-            Ok(Delivery::parsed(sendgrid::parse(body)))
-        })
-    }
-}
-
-impl Webhook for Resend {
-    fn vendor(&self) -> &'static str {
-        "resend"
-    }
-    fn check_head(&self, headers: &HeaderMap) -> Result<(), Refused> {
-        present(headers, &resend::SIGNED_BY)
-    }
-    fn receive<'a>(
-        &'a self,
-        headers: &'a HeaderMap,
-        body: &'a [u8],
-        now_s: i64,
-    ) -> BoxFuture<'a, Result<Delivery, Refused>> {
-        Box::pin(async move {
-            let id = self.verify(headers, body, now_s)?;
-            Ok(Delivery::parsed(resend::parse(body, id)))
-        })
-    }
-}
-
-impl Webhook for Mailgun {
-    fn vendor(&self) -> &'static str {
-        "mailgun"
-    }
-    fn receive<'a>(
-        &'a self,
-        _headers: &'a HeaderMap,
-        body: &'a [u8],
-        now_s: i64,
-    ) -> BoxFuture<'a, Result<Delivery, Refused>> {
-        Box::pin(async move {
-            let mailgun::Signed { token, events } = self.verify(body, now_s)?;
-            Ok(Delivery::Events {
-                events,
-                token: Some(token),
-            })
-        })
-    }
-}
-
-impl Webhook for Postmark {
-    fn vendor(&self) -> &'static str {
-        "postmark"
-    }
-    /// Its credentials are all it signs: checked before the body.
-    fn check_head(&self, headers: &HeaderMap) -> Result<(), Refused> {
-        self.verify(headers)
-    }
-    fn receive<'a>(
-        &'a self,
-        _headers: &'a HeaderMap,
-        body: &'a [u8],
-        _now_s: i64,
-    ) -> BoxFuture<'a, Result<Delivery, Refused>> {
-        Box::pin(async move { Ok(Delivery::parsed(postmark::parse(body))) })
-    }
-}
-
-impl Webhook for Sns {
-    /// SES, through SNS.
-    fn vendor(&self) -> &'static str {
-        "ses"
-    }
-    fn receive<'a>(
-        &'a self,
-        _headers: &'a HeaderMap,
-        body: &'a [u8],
-        _now_s: i64,
-    ) -> BoxFuture<'a, Result<Delivery, Refused>> {
-        Box::pin(async move {
-            Ok(match self.verify(body).await? {
-                Verified::Events(events) => Delivery::Events {
-                    events,
-                    token: None,
-                },
-                Verified::Nothing => Delivery::Answer(StatusCode::OK),
-                Verified::Subscribe(url) => match self.subscribe(&url).await {
-                    Ok(()) => {
-                        info!("the SNS subscription is confirmed");
-                        Delivery::Answer(StatusCode::OK)
-                    }
-                    Err(e) => {
-                        warn!(error = %e, "confirming the SNS subscription failed; SNS asks again");
-                        Delivery::Answer(StatusCode::BAD_GATEWAY)
-                    }
-                },
-            })
-        })
     }
 }
