@@ -26,6 +26,7 @@ use metrics::counter;
 use sqlx::PgPool;
 use tracing::warn;
 
+use super::inbound::field;
 use super::pages::{self, Page, Pages};
 use crate::http::Budget;
 use crate::metrics::{EVENTS_REFUSED_TOTAL, EVENTS_TOTAL, EVENTS_UNAVAILABLE_TOTAL};
@@ -242,7 +243,7 @@ async fn asks_one_click(headers: &HeaderMap, body: &Bytes) -> bool {
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
     if kind.to_ascii_lowercase().starts_with("multipart/form-data") {
-        return multipart_asks(kind, body.clone()).await;
+        return multipart_asks(headers, body).await;
     }
     let text = String::from_utf8_lossy(body);
     text.trim().split('&').any(|pair| {
@@ -254,23 +255,16 @@ async fn asks_one_click(headers: &HeaderMap, body: &Bytes) -> bool {
 }
 
 /// Whether a multipart body has a part whose name is exactly `List-Unsubscribe` and whose
-/// value is `One-Click` (multer parses it: the name of another part, or text that merely holds
-/// the words, does not count; a malformed body asks nothing).
-async fn multipart_asks(content_type: &str, body: Bytes) -> bool {
-    let Ok(boundary) = multer::parse_boundary(content_type) else {
-        return false;
-    };
-    let stream = futures::stream::once(async move { Ok::<_, std::io::Error>(body) });
-    let mut parts = multer::Multipart::new(stream, boundary);
+/// value is `One-Click` (multer parses it, as it does the inbound mails' forms: the name of
+/// another part, or text that merely holds the words, does not count; a malformed body asks
+/// nothing).
+async fn multipart_asks(headers: &HeaderMap, body: &Bytes) -> bool {
     let (name, value) = ONE_CLICK
         .split_once('=')
         .expect("the one-click value is a pair");
-    while let Ok(Some(part)) = parts.next_field().await {
-        if part.name() == Some(name) {
-            return part.text().await.is_ok_and(|v| v.trim() == value);
-        }
-    }
-    false
+    super::inbound::form_fields(headers, body)
+        .await
+        .is_some_and(|fields| field(&fields, name).is_some_and(|v| v.trim() == value))
 }
 
 /// Every answer of the one-click routes carries the pages' headers — the router's own 405,
