@@ -15,12 +15,13 @@ COPY fake-provider/Cargo.toml fake-provider/
 COPY loadtest/Cargo.toml loadtest/
 # Stub targets with the manifests' paths (every workspace member must parse), to build and cache
 # the production crate's dependency graph.
-RUN mkdir -p src benches tests/it fake-provider/src loadtest/src/bin/drain loadtest/src/bin/chaos \
+RUN mkdir -p src benches tests/it tests/fleet fake-provider/src loadtest/src/bin/drain loadtest/src/bin/chaos \
     loadtest/src/bin/days loadtest/src/bin/forget loadtest/src/bin/bloat \
  && echo 'fn main() {}' > src/main.rs \
  && echo '' > src/lib.rs \
  && echo 'fn main() {}' > benches/engine.rs \
  && echo '' > tests/it/main.rs \
+ && echo '' > tests/fleet/main.rs \
  && echo '' > fake-provider/src/lib.rs \
  && echo 'fn main() {}' > fake-provider/src/main.rs \
  && echo '' > loadtest/src/lib.rs \
@@ -31,6 +32,7 @@ RUN mkdir -p src benches tests/it fake-provider/src loadtest/src/bin/drain loadt
  && echo 'fn main() {}' > loadtest/src/bin/bloat/main.rs \
  && echo 'fn main() {}' > loadtest/src/bin/events.rs \
  && echo 'fn main() {}' > loadtest/src/bin/web.rs \
+ && echo 'fn main() {}' > loadtest/src/bin/shares.rs \
  && cargo build --locked --release -p campaign-sender --bin campaign-sender \
  && rm -rf src
 

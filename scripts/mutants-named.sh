@@ -46,6 +46,7 @@ for i in "${selected[@]}"; do
     case "$t" in
       lib) args=(-p campaign-sender --lib) ;;
       it:*) args=(-p campaign-sender --test it -- "${t#it:}") ;;
+      fleet:*) args=(-p campaign-sender --test fleet -- "${t#fleet:}") ;;
       sh:*) # A check script of scripts/, on a throwaway PostgreSQL of its own.
         (cd "$tree" && env -u DATABASE_URL "scripts/${t#sh:}" >/dev/null 2>&1) && continue
         red="scripts/${t#sh:}"

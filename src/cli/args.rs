@@ -62,6 +62,18 @@ pub fn parse_ratio(v: &str) -> Result<f64, String> {
     }
 }
 
+/// `configure --weight`: a campaign's weight under its rate-limit key, within
+/// [`crate::store::campaigns::WEIGHT_MIN`]..=[`crate::store::campaigns::WEIGHT_MAX`].
+pub fn parse_weight(v: &str) -> Result<f64, String> {
+    use crate::store::campaigns::{WEIGHT_MAX, WEIGHT_MIN};
+    match v.parse::<f64>() {
+        Ok(w) if (WEIGHT_MIN..=WEIGHT_MAX).contains(&w) => Ok(w),
+        _ => Err(format!(
+            "must be a number from {WEIGHT_MIN} to {WEIGHT_MAX}"
+        )),
+    }
+}
+
 /// `--delimiter`: one ASCII separator; `tab` (or `\t`) for a tab.
 pub fn parse_delimiter(v: &str) -> Result<u8, String> {
     match v {

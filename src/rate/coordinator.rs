@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 use uuid::Uuid;
 
+use super::demand::Demand;
 use super::pacer::Pacer;
 use super::plan::{plan_round, Plan, PodRow, Refused, Report};
 use crate::metrics as m;
@@ -62,7 +63,7 @@ pub struct Signals {
 }
 
 impl Signals {
-    /// This process has rows to send (weight 1) or nothing claimable (weight 0).
+    /// This process has rows to send (its campaign's weight) or nothing claimable (weight 0).
     pub fn set_busy(&self, busy: bool) {
         self.busy.store(busy, Ordering::Relaxed);
     }
@@ -123,6 +124,9 @@ pub struct Coordinator {
     busy: Arc<AtomicBool>,
     said: mpsc::UnboundedReceiver<Said>,
     view: watch::Sender<FleetView>,
+    /// What this pod can use of its share, measured round after round.
+    demand: Demand,
+    born: Instant,
 }
 
 /// What the provider said since the last round that committed.
@@ -161,6 +165,8 @@ impl Coordinator {
             busy: busy.clone(),
             said: rx,
             view: view_tx,
+            demand: Demand::default(),
+            born: Instant::now(),
         };
         let signals = Signals {
             busy,
@@ -190,7 +196,8 @@ impl Coordinator {
                 }
             }
             let started = Instant::now();
-            let report = self.report(&pending);
+            let mut report = self.report(&pending);
+            report.demand = self.demand.demand(started - self.born, self.pacer.spent());
             // Bounded: a hung round must not outlive the share it would renew.
             let round =
                 tokio::time::timeout(self.s.ttl, self.round(mine.as_ref(), report, started));
@@ -210,6 +217,9 @@ impl Coordinator {
                         failing = false;
                     }
                     pending = Pending::default();
+                    let at = Instant::now() - self.born;
+                    self.demand
+                        .record(at, self.pacer.spent(), plan.me.share_per_s);
                     mine = Some(plan.me);
                     continue;
                 }
@@ -248,10 +258,13 @@ impl Coordinator {
         }
     }
 
-    /// What this pod reports in a round: its weight, its limit, the 429s and the refusal since
-    /// the last one, its spending.
+    /// What this pod reports in a round: whether it has work (weight 1 or 0: the round
+    /// multiplies it by its campaign's weight), its limit, the 429s and the refusal since the
+    /// last one, its spending.
     fn report(&self, pending: &Pending) -> Report {
         Report {
+            campaign: self.s.campaign_id.clone(),
+            demand: None,
             weight: if self.busy.load(Ordering::Relaxed) {
                 1.0
             } else {
@@ -283,6 +296,11 @@ impl Coordinator {
     ) -> Result<Plan, sqlx::Error> {
         let mut tx = self.pool.begin().await?;
         let locked = sql::lock_key(&mut tx, &self.s.key, self.s.limit_per_s).await?;
+        let weight = sql::campaign_weight(&mut tx, &self.s.campaign_id).await?;
+        let report = Report {
+            weight: report.weight * weight,
+            ..report
+        };
         let (from_db, others) = sql::pods(&mut tx, &self.s.key, self.pod_id).await?;
         let used_24h = sql::used_24h(&mut tx, &self.s.key).await?;
         // Our row as the database has it wins over our memory of it (a lost commit).

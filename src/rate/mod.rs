@@ -6,9 +6,12 @@
 //! that pod's share and the pod paces its own sends at it with governor ([`pacer`]).
 //!
 //! # The rules (what keeps the fleet's total under the limit)
-//! - **Shares are weighted by demand.** A pod with work has weight 1, an idle pod (nothing
-//!   claimable, nothing queued) weight 0, so it holds no capacity. The fair share of a pod is
-//!   `effective limit × its weight ÷ the live pods' total weight`.
+//! - **Shares go by the campaigns' weights, not their pod counts** ([`shares`]). A pod with
+//!   work carries its campaign's weight (`configure --weight`, read in each round), an idle pod
+//!   (nothing claimable, nothing queued) weight 0, so it holds no capacity. The effective limit
+//!   goes to the campaigns with work in proportion to their weights, each campaign's part
+//!   divided among its own working pods and capped at what they can use ([`demand`]: what one
+//!   campaign cannot spend goes to the others).
 //! - **A pod only ever changes its own share, in its own round, under the lock** of the key's
 //!   `rate_limits` row (every round of a key is serialised by it).
 //! - **Lowering is immediate; the capacity it frees is not, quite.** A pod lowers its share
@@ -51,6 +54,8 @@
 //!
 //! # Layout
 //! - [`plan`]: the pure round ([`plan::plan_round`]) and its unit tests;
+//! - [`shares`]: the division of the key's rate between campaigns by weight, pure;
+//! - [`demand`]: what a pod can use of its share, measured by the pod, pure;
 //! - `sim.rs` (tests only): a fleet of pods on one fake clock, joining, leaving, crashing and
 //!   cut off, checked against the limit in every one-second window;
 //! - [`quota`]: the daily quota's grants, pure;
@@ -59,9 +64,11 @@
 //! - [`pacer`]: the local governor limiter the share drives, and the quota's count.
 
 pub mod coordinator;
+pub mod demand;
 pub mod pacer;
 pub mod plan;
 pub mod quota;
+pub mod shares;
 #[cfg(test)]
 mod sim;
 

@@ -10,6 +10,7 @@ use uuid::Uuid;
 
 use super::pacer::MIN_RATE_PER_S;
 use super::quota;
+use super::shares::{self, Claim};
 use crate::outcome::Refusal;
 pub use crate::store::rate::{LimitRow, PodRow};
 
@@ -62,6 +63,15 @@ impl PodRow {
         now < self.expires_at
     }
 
+    /// This pod as the division by weight sees it.
+    fn claim(&self) -> Claim<'_> {
+        Claim {
+            campaign: &self.campaign_id,
+            weight: self.weight,
+            demand: self.demand_per_s,
+        }
+    }
+
     /// Quota attempts granted and not yet spent: counted as used until spent or forgotten.
     pub fn quota_outstanding(&self) -> i64 {
         (self.quota_granted - self.quota_spent).max(0)
@@ -80,7 +90,12 @@ pub struct Refused {
 /// What one pod reports in a round.
 #[derive(Debug, Clone)]
 pub struct Report {
+    /// Its campaign (the campaigns of a key share it by weight, [`shares`]).
+    pub campaign: String,
+    /// Its campaign's weight while it has work, 0 idle.
     pub weight: f64,
+    /// What it can use, if it spent clearly less than it was given ([`super::demand`]).
+    pub demand: Option<f64>,
     pub limit_per_s: f64,
     /// A 429 was seen since the last round, with the longest `Retry-After` (capped).
     pub throttled: Option<Option<Duration>>,
@@ -93,6 +108,16 @@ pub struct Report {
     pub daily_quota: Option<u64>,
     /// The vendor said its own quota is used up since the last round, freeing in this long.
     pub vendor_quota: Option<Duration>,
+}
+
+impl Report {
+    fn claim(&self) -> Claim<'_> {
+        Claim {
+            campaign: &self.campaign,
+            weight: self.weight,
+            demand: self.demand,
+        }
+    }
 }
 
 /// The outcome of a round: the pod's new row and the key's new row.
@@ -190,14 +215,12 @@ pub fn plan_round(
         l.effective_per_s
     };
 
-    // This pod's share.
-    let total_weight: f64 = live.iter().map(|p| p.weight).sum::<f64>() + report.weight;
-    // (total_weight ≥ report.weight > 0: no division by zero.)
-    let fair = if report.weight > 0.0 {
-        usable * report.weight / total_weight
-    } else {
-        0.0
-    };
+    // This pod's share: its campaign's part by weight, divided among its working pods.
+    let fair = shares::share(
+        usable,
+        report.claim(),
+        &live.iter().map(|p| p.claim()).collect::<Vec<_>>(),
+    );
     let free = usable - others.iter().map(|p| p.committed(now)).sum::<f64>();
     // A row of ours that expired (the database was away) is no share any more: its capacity may
     // have been taken. Only capacity that is free now can be ours again.
@@ -213,7 +236,9 @@ pub fn plan_round(
         || (target < MIN_RATE_PER_S && before >= MIN_RATE_PER_S);
     let mut me = mine.cloned().unwrap_or(PodRow {
         pod_id,
+        campaign_id: report.campaign.clone(),
         weight: report.weight,
+        demand_per_s: None,
         limit_per_s: report.limit_per_s,
         share_per_s: 0.0,
         prev_share_per_s: 0.0,
@@ -228,6 +253,7 @@ pub fn plan_round(
         me.share_changed_at = now;
     }
     me.weight = report.weight;
+    me.demand_per_s = report.demand;
     me.limit_per_s = report.limit_per_s;
     me.expires_at = now + delta(report.ttl);
 

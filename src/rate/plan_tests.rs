@@ -7,13 +7,18 @@ pub(crate) fn t(ms: i64) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(1_800_000_000_000 + ms).unwrap()
 }
 
+/// The campaign of the pods of these tests (a campaign of its own where a test says so).
+pub(crate) const CAMPAIGN: &str = "c";
+
 pub(crate) const TTL: Duration = Duration::from_millis(3000);
 /// [`HANDOVER`] in milliseconds.
 const H: i64 = HANDOVER.as_millis() as i64;
 
 pub(crate) fn report(weight: f64) -> Report {
     Report {
+        campaign: CAMPAIGN.to_string(),
         weight,
+        demand: None,
         limit_per_s: 500.0,
         throttled: None,
         ttl: TTL,
@@ -35,7 +40,9 @@ pub(crate) fn limit_row() -> LimitRow {
 fn row(share: f64, changed: i64, expires: i64) -> PodRow {
     PodRow {
         pod_id: Uuid::new_v4(),
+        campaign_id: CAMPAIGN.to_string(),
         weight: 1.0,
+        demand_per_s: None,
         limit_per_s: 500.0,
         share_per_s: share,
         prev_share_per_s: share,
@@ -81,8 +88,12 @@ fn shares_follow_weight_a_lone_idle_pod_holds_none_and_a_tiny_share_still_drops_
     // Alone and idle: nothing (the total weight is 0: no share from a division by it).
     let idle = round(0, None, Uuid::new_v4(), &report(0.0), &[], &l);
     assert_eq!(idle.me.share_per_s, 0.0);
-    // The fair share is proportional to weight: 3 of 4 next to a pod holding nothing.
-    let other = row(0.0, -5000, 3000);
+    // The fair share is proportional to the campaigns' weights: 3 of 4 (and the pacer's
+    // minimum each) next to a pod of another campaign holding nothing.
+    let other = PodRow {
+        campaign_id: "other".into(),
+        ..row(0.0, -5000, 3000)
+    };
     let heavy = round(
         0,
         None,
@@ -91,7 +102,8 @@ fn shares_follow_weight_a_lone_idle_pod_holds_none_and_a_tiny_share_still_drops_
         std::slice::from_ref(&other),
         &l,
     );
-    assert_eq!(heavy.me.share_per_s, 375.0);
+    let floor = MIN_RATE_PER_S;
+    assert!((heavy.me.share_per_s - (floor + (500.0 - 2.0 * floor) * 0.75)).abs() < 1e-9);
     // A share smaller than MIN_CHANGE_PER_S is still given up when the pod goes idle.
     let tiny = PodRow {
         share_per_s: 0.3,

@@ -108,6 +108,8 @@ pub struct Status {
     pub done: bool,
     pub paused: Option<Pause>,
     pub template: String,
+    /// `configure --weight`: its share next to the other campaigns of its rate-limit key.
+    pub weight: f64,
     /// `configure --from`: the campaign's sender (the company's address, not a member's).
     pub from: Option<String>,
     /// `configure --reply-to`.
@@ -286,6 +288,7 @@ pub async fn gather(
             .unwrap_or(default_ratio),
         paused: settings.pause,
         template: settings.template,
+        weight: settings.weight,
         from: settings.from_address,
         reply_to: settings.reply_to,
         limits,
@@ -343,6 +346,7 @@ impl Status {
             done: false,
             paused: None,
             template: campaign_id.into(),
+            weight: 1.0,
             from: None,
             reply_to: None,
             failure_budget: 1,

@@ -206,7 +206,11 @@ fn render_providers(o: &mut String, s: &Status) {
 }
 
 fn render_state(o: &mut String, s: &Status) {
-    let _ = writeln!(o, "campaign   {} (template {})", s.campaign_id, s.template);
+    let _ = writeln!(
+        o,
+        "campaign   {} (template {}, weight {})",
+        s.campaign_id, s.template, s.weight
+    );
     let reply = s
         .reply_to
         .as_deref()
@@ -425,7 +429,11 @@ fn render_limits(o: &mut String, s: &Status) {
             } else {
                 format!(" (campaign {})", m.campaign_id)
             };
-            let idle = if m.weight == 0.0 { ", idle" } else { "" };
+            let idle = if m.weight == 0.0 {
+                ", idle".to_string()
+            } else {
+                format!(", weight {}", m.weight)
+            };
             let _ = writeln!(
                 o,
                 "  {:<24} share {:>7.1}/s{idle}{other}",

@@ -8,7 +8,9 @@
 //! - `max_permanent_failure_ratio`: this campaign's failure threshold (else the environment's);
 //! - the pause: `paused_at`, `paused_by` (`operator` or `auto`) and `pause_reason`;
 //! - the send window: `window_start`, `window_end` (local times) and `timezone`
-//!   ([`crate::window`]).
+//!   ([`crate::window`]);
+//! - `weight`: its share next to the other campaigns of its rate-limit key
+//!   ([`crate::rate::shares`]), read by every round of its pods.
 //!
 //! The pause is a kill switch stored in PostgreSQL, so every pod of every Job, CronJob and
 //! Deployment obeys the same switch. A running pipeline polls it every `PAUSE_POLL_MS` (≤ 1 s):
@@ -21,6 +23,13 @@ use serde::Serialize;
 use sqlx::{FromRow, PgPool};
 
 use crate::window::{parse_tz, SendWindow};
+
+/// The smallest weight `configure --weight` accepts (the table's CHECK says the same).
+pub const WEIGHT_MIN: f64 = 0.01;
+/// The largest weight `configure --weight` accepts (the table's CHECK says the same).
+pub const WEIGHT_MAX: f64 = 1000.0;
+/// A campaign's weight until `configure --weight` sets one (the column's default).
+pub const WEIGHT_DEFAULT: f64 = 1.0;
 
 /// Who set a pause.
 pub const BY_OPERATOR: &str = "operator";
@@ -49,6 +58,8 @@ pub struct CampaignSettings {
     /// Send only inside this window (`None`: at any time).
     #[serde(serialize_with = "shown")]
     pub window: Option<SendWindow>,
+    /// `configure --weight` (1 unless set): its share next to the campaigns of its key.
+    pub weight: f64,
     /// Whether a settings row exists at all.
     pub stored: bool,
 }
@@ -72,6 +83,7 @@ struct SettingsRow {
     window_start: Option<NaiveTime>,
     window_end: Option<NaiveTime>,
     timezone: Option<String>,
+    weight: f64,
 }
 
 impl SettingsRow {
@@ -113,7 +125,7 @@ pub async fn settings(pool: &PgPool, campaign_id: &str) -> Result<CampaignSettin
     // language=PostgreSQL
     const SETTINGS: &str = r#"
         SELECT template, from_address, reply_to, max_permanent_failure_ratio, paused_at,
-               paused_by, pause_reason, window_start, window_end, timezone
+               paused_by, pause_reason, window_start, window_end, timezone, weight
           FROM campaigns
          WHERE campaign_id = $1
     "#;
@@ -129,6 +141,7 @@ pub async fn settings(pool: &PgPool, campaign_id: &str) -> Result<CampaignSettin
             max_permanent_failure_ratio: None,
             pause: None,
             window: None,
+            weight: WEIGHT_DEFAULT,
             stored: false,
         },
         Some(r) => CampaignSettings {
@@ -138,6 +151,7 @@ pub async fn settings(pool: &PgPool, campaign_id: &str) -> Result<CampaignSettin
             reply_to: r.reply_to,
             max_permanent_failure_ratio: r.max_permanent_failure_ratio,
             pause: r.pause.pause(),
+            weight: r.weight,
             stored: true,
         },
     })
@@ -299,8 +313,8 @@ pub async fn set_settings(
     const SET: &str = r#"
         INSERT INTO campaigns AS c (campaign_id, template, max_permanent_failure_ratio,
                                     from_address, reply_to, max_complaint_ratio,
-                                    max_bounce_ratio, max_sender_refusals)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                                    max_bounce_ratio, max_sender_refusals, weight)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, coalesce($9::float8, 1))
         ON CONFLICT (campaign_id) DO UPDATE
            SET template = coalesce(excluded.template, c.template),
                max_permanent_failure_ratio = coalesce(excluded.max_permanent_failure_ratio,
@@ -312,6 +326,7 @@ pub async fn set_settings(
                                               c.max_sender_refusals),
                from_address = coalesce(excluded.from_address, c.from_address),
                reply_to = coalesce(excluded.reply_to, c.reply_to),
+               weight = coalesce($9::float8, c.weight),
                updated_at = now()
     "#;
     sqlx::query(SET)
@@ -323,6 +338,7 @@ pub async fn set_settings(
         .bind(asked.complaint_line)
         .bind(asked.bounce_line)
         .bind(asked.sender_refusals)
+        .bind(asked.weight)
         .execute(pool)
         .await?;
     Ok(())
@@ -340,6 +356,8 @@ pub struct SettingsChange<'a> {
     pub bounce_line: Option<f64>,
     /// The sender's brake's line (`--max-sender-refusals`; 0: off).
     pub sender_refusals: Option<i32>,
+    /// `--weight`: its share next to the campaigns of its rate-limit key.
+    pub weight: Option<f64>,
 }
 
 /// Sets (or, with `None`, clears) a campaign's send window (`configure --window`).

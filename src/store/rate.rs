@@ -13,8 +13,11 @@ use uuid::Uuid;
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct PodRow {
     pub pod_id: Uuid,
-    /// 1 with work to send, 0 idle.
+    pub campaign_id: String,
+    /// Its campaign's weight (`configure --weight`) while it has work to send, 0 idle.
     pub weight: f64,
+    /// What it can use, if it spent clearly less than it was given (`None`: all it gets).
+    pub demand_per_s: Option<f64>,
     /// Its `MAIL_RATE_PER_S`; the fleet uses the smallest among live pods.
     pub limit_per_s: f64,
     /// The rate it may pace at now.
@@ -97,8 +100,8 @@ pub async fn pods(
 ) -> Result<(Option<PodRow>, Vec<PodRow>), sqlx::Error> {
     // language=PostgreSQL
     const PODS: &str = r#"
-        SELECT pod_id, weight, limit_per_s, share_per_s, prev_share_per_s,
-               share_changed_at, expires_at, quota_granted, quota_spent
+        SELECT pod_id, campaign_id, weight, demand_per_s, limit_per_s, share_per_s,
+               prev_share_per_s, share_changed_at, expires_at, quota_granted, quota_spent
           FROM rate_pods
          WHERE limit_key = $1
     "#;
@@ -134,11 +137,12 @@ pub async fn save_pod(
     const SAVE: &str = r#"
         INSERT INTO rate_pods AS p (limit_key, pod_id, worker, campaign_id, weight, limit_per_s,
                                share_per_s, prev_share_per_s, share_changed_at, expires_at,
-                               quota_granted, quota_spent)
+                               quota_granted, quota_spent, demand_per_s)
         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, clock_timestamp(),
-                clock_timestamp() + make_interval(secs => $10), $11, $12)
+                clock_timestamp() + make_interval(secs => $10), $11, $12, $13)
         ON CONFLICT (limit_key, pod_id) DO UPDATE
            SET weight           = EXCLUDED.weight,
+               demand_per_s     = EXCLUDED.demand_per_s,
                limit_per_s      = EXCLUDED.limit_per_s,
                share_per_s      = EXCLUDED.share_per_s,
                prev_share_per_s = EXCLUDED.prev_share_per_s,
@@ -160,6 +164,7 @@ pub async fn save_pod(
         .bind(ttl_s)
         .bind(me.quota_granted)
         .bind(me.quota_spent)
+        .bind(me.demand_per_s)
         .execute(tx)
         .await?;
     Ok(())
@@ -235,6 +240,20 @@ pub async fn used_24h(tx: &mut PgConnection, key: &str) -> Result<i64, sqlx::Err
          WHERE limit_key = $1 AND minute > clock_timestamp() - interval '24 hours 1 minute'
     "#;
     sqlx::query_scalar(USED).bind(key).fetch_one(tx).await
+}
+
+/// The campaign's weight (`configure --weight`; 1 without a settings row), read by each round.
+///
+/// Invariant: read in the round's transaction, so a weight changed live is adopted by each pod
+/// at its next round, and the row it writes says which weight its share was computed with.
+pub async fn campaign_weight(tx: &mut PgConnection, campaign_id: &str) -> Result<f64, sqlx::Error> {
+    // language=PostgreSQL
+    const WEIGHT: &str = "SELECT weight FROM campaigns WHERE campaign_id = $1";
+    let w: Option<f64> = sqlx::query_scalar(WEIGHT)
+        .bind(campaign_id)
+        .fetch_optional(tx)
+        .await?;
+    Ok(w.unwrap_or(super::campaigns::WEIGHT_DEFAULT))
 }
 
 /// Adds `n` requests to the key's usage of the current minute.

@@ -404,9 +404,15 @@ impl Store {
     /// The heartbeat: pushes the lease of rows we still hold (member id, claim) to
     /// `now() + lease`. Returns how many rows were extended.
     ///
-    /// Invariant: fenced like every write — only rows still `sending` under the claim we hold
-    /// them by; a row someone else re-claimed is not extended (and not ours any more).
-    /// Primary-key lookups only, so its cost is O(rows held), not O(campaign).
+    /// Invariants:
+    /// - fenced like every write — only rows still `sending` under the claim we hold them by; a
+    ///   row someone else re-claimed is not extended (and not ours any more);
+    /// - it never waits for a row lock: a row another statement holds right now (the finish
+    ///   writing its result, an opt-out) is skipped this beat and extended at the next. Two
+    ///   statements updating the same rows lock them in their plans' orders, which need not
+    ///   agree: a heartbeat that waited could deadlock with the finish of the same rows (seen:
+    ///   PostgreSQL broke the cycle after `deadlock_timeout`, 1 s of that pod's sending lost).
+    /// - Primary-key lookups only, so its cost is O(rows held), not O(campaign).
     pub async fn extend_leases(
         &self,
         rows: &[(i64, Uuid)],
@@ -418,13 +424,20 @@ impl Store {
         let (ids, claims) = in_member_order(rows);
         // language=PostgreSQL
         const EXTEND: &str = r#"
+            WITH held AS (
+                SELECT t.member_id
+                  FROM campaign_targets t
+                  JOIN unnest($2::bigint[], $3::uuid[]) AS r(member_id, claim_id)
+                    ON t.member_id = r.member_id AND t.claim_id = r.claim_id
+                 WHERE t.campaign_id = (SELECT $1::text)
+                   AND t.state = 'sending'
+                   FOR UPDATE OF t SKIP LOCKED
+            )
             UPDATE campaign_targets t
                SET lease_until = now() + make_interval(secs => $4)
-              FROM unnest($2::bigint[], $3::uuid[]) AS r(member_id, claim_id)
+              FROM held
              WHERE t.campaign_id = (SELECT $1::text)
-               AND t.member_id = r.member_id
-               AND t.state = 'sending'
-               AND t.claim_id = r.claim_id
+               AND t.member_id = held.member_id
         "#;
         let n = sqlx::query(EXTEND)
             .bind(&self.campaign_id)

@@ -270,6 +270,7 @@ pub fn campaign(board: &Board, v: &View, now: DateTime<Utc>) -> Markup {
                         }
                     }
                     dt { "Template" } dd { (typed(&s.template, 80)) }
+                    dt { "Weight" } dd { (s.weight) " (its share of the rate limit next to the other campaigns with work)" }
                     dt { "Failure budget" } dd { (budget(s)) }
                 }
                 h2.visually-hidden { "Rows by state" }

@@ -100,8 +100,9 @@ pub enum RunError {
 
 /// Where a worker is in the fleet's rate limit ([`crate::rate::Coordinator`]).
 enum Coordination {
-    /// Not joined yet: the first run or step starts it.
-    Ready(Coordinator),
+    /// Not joined yet: the first run or step starts it (boxed: it is large, and the other
+    /// states are what a worker holds for the rest of its life).
+    Ready(Box<Coordinator>),
     /// Joined: the coordinator's rounds run until `stop`.
     Running {
         stop: CancellationToken,
@@ -158,7 +159,7 @@ impl Worker {
             provider,
             pacer,
             signals,
-            coordination: Mutex::new(Coordination::Ready(coordinator)),
+            coordination: Mutex::new(Coordination::Ready(Box::new(coordinator))),
             outage_limit,
             recorder: Arc::new(Recorder::default()),
         }

@@ -305,6 +305,31 @@ fn held_by(b: &campaign_sender::store::Batch) -> Vec<(i64, uuid::Uuid)> {
     b.rows.iter().map(|r| (r.member_id, b.claim_id)).collect()
 }
 
+/// The heartbeat and the finish of the same rows lock them in their plans' orders: a heartbeat
+/// that waited for a row another statement holds could close a deadlock (PostgreSQL breaks it
+/// after `deadlock_timeout`, a second of that pod's sending). It skips the row this beat.
+#[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
+async fn a_heartbeat_never_waits_for_a_row_another_statement_holds(pool: PgPool) {
+    seed(&pool, CAMPAIGN, 3).await;
+    let a = store(&pool);
+    let held = held_by(&a.claim(3, LEASE).await.unwrap());
+    // The finish of member 2 is under way: its row is locked by an open transaction.
+    let mut finishing = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM campaign_targets WHERE member_id = 2 FOR UPDATE")
+        .execute(&mut *finishing)
+        .await
+        .unwrap();
+    let beat = tokio::time::timeout(Duration::from_secs(5), a.extend_leases(&held, LEASE)).await;
+    assert_eq!(
+        beat.expect("the heartbeat waited for a locked row")
+            .unwrap(),
+        2
+    );
+    finishing.rollback().await.unwrap();
+    // The next beat extends it too.
+    assert_eq!(a.extend_leases(&held, LEASE).await.unwrap(), 3);
+}
+
 #[sqlx::test(migrator = "campaign_sender::store::MIGRATOR")]
 async fn a_heartbeat_extends_only_rows_still_held_under_its_own_claim(pool: PgPool) {
     seed(&pool, CAMPAIGN, 3).await;

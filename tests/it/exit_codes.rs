@@ -167,6 +167,8 @@ async fn a_usage_error_exits_64_never_the_failures_code() {
         &["pause"],
         &["status", "--campaign"],
         &["configure", "--campaign", "c", "--window", "25:00-26:00"],
+        &["configure", "--campaign", "c", "--weight", "0"],
+        &["configure", "--campaign", "c", "--weight", "1001"],
     ] {
         let (code, _, err) =
             finish(spawn_sender(args, nowhere, &[]), Duration::from_secs(30)).await;

@@ -1,12 +1,12 @@
 //! `campaign-sender configure`: the campaign's optional settings row — template, sender,
-//! failure threshold, brake lines, send window ([`crate::store::campaigns`]).
+//! failure threshold, brake lines, send window, weight ([`crate::store::campaigns`]).
 
 use clap::Args;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::{Needs, OperatorCommand};
-use crate::cli::args::{parse_ratio, parse_template, parse_window, WindowArg};
+use crate::cli::args::{parse_ratio, parse_template, parse_weight, parse_window, WindowArg};
 use crate::cli::{CliError, CliResult};
 use crate::exit::Exit;
 use crate::store::campaigns;
@@ -53,6 +53,11 @@ pub struct Configure {
     /// The window's time zone, an IANA name (`Asia/Tokyo`); needed with a new window.
     #[arg(long, value_parser = crate::window::parse_tz, value_name = "AREA/CITY")]
     timezone: Option<chrono_tz::Tz>,
+    /// Its weight under its rate-limit key (default 1, from 0.01 to 1000): the campaigns with
+    /// work share the key's rate in proportion to their weights, whatever their pod counts
+    /// (weight 3 next to weight 1: 3/4 of it). Adopted by running pods at their next round.
+    #[arg(long, value_parser = parse_weight, value_name = "W")]
+    weight: Option<f64>,
     /// Create the settings row of a campaign that has no targets yet (otherwise an unknown
     /// campaign is refused: a typo must not create a campaign).
     #[arg(long)]
@@ -80,6 +85,7 @@ impl OperatorCommand for Configure {
                 complaint_line: self.max_complaint_ratio,
                 bounce_line: self.max_bounce_ratio,
                 sender_refusals: self.max_sender_refusals,
+                weight: self.weight,
             },
             window: self.window,
             timezone: self.timezone,
@@ -125,7 +131,11 @@ async fn configure(pool: &PgPool, campaign: &str, asked: Settings<'_>) -> CliRes
     let c = &asked.change;
     let lines =
         c.complaint_line.is_some() || c.bounce_line.is_some() || c.sender_refusals.is_some();
-    let changes = c.template.is_some() || c.ratio.is_some() || c.from.is_some() || lines;
+    let changes = c.template.is_some()
+        || c.ratio.is_some()
+        || c.from.is_some()
+        || c.weight.is_some()
+        || lines;
     if changes || c.reply_to.is_some() || !before.stored {
         campaigns::set_settings(pool, campaign, c).await?;
     }
@@ -148,6 +158,12 @@ async fn configure(pool: &PgPool, campaign: &str, asked: Settings<'_>) -> CliRes
             .map(|w| w.to_string())
             .unwrap_or_else(|| "none (any time)".into())
     );
+    if c.weight.is_some() {
+        println!(
+            "{campaign}: weight {}: its share of its rate-limit key is its weight over the sum of the weights of the campaigns with work (running pods adopt it at their next round)",
+            s.weight
+        );
+    }
     if lines {
         let line = |r: Option<f64>, var: &str| {
             r.map(crate::store::brake::percent)
