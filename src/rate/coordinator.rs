@@ -295,8 +295,10 @@ impl Coordinator {
         started: Instant,
     ) -> Result<Plan, sqlx::Error> {
         let mut tx = self.pool.begin().await?;
-        let locked = sql::lock_key(&mut tx, &self.s.key, self.s.limit_per_s).await?;
+        // Read before the key's lock: every round of the key waits on that lock, so nothing
+        // that needs no lock runs under it.
         let weight = sql::campaign_weight(&mut tx, &self.s.campaign_id).await?;
+        let locked = sql::lock_key(&mut tx, &self.s.key, self.s.limit_per_s).await?;
         let report = Report {
             weight: report.weight * weight,
             ..report

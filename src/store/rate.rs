@@ -244,8 +244,9 @@ pub async fn used_24h(tx: &mut PgConnection, key: &str) -> Result<i64, sqlx::Err
 
 /// The campaign's weight (`configure --weight`; 1 without a settings row), read by each round.
 ///
-/// Invariant: read in the round's transaction, so a weight changed live is adopted by each pod
-/// at its next round, and the row it writes says which weight its share was computed with.
+/// Invariant: read in each round (before the key's lock, which it does not need), so a weight
+/// changed live is adopted by each pod at its next round, and the row it writes says which
+/// weight its share was computed with.
 pub async fn campaign_weight(tx: &mut PgConnection, campaign_id: &str) -> Result<f64, sqlx::Error> {
     // language=PostgreSQL
     const WEIGHT: &str = "SELECT weight FROM campaigns WHERE campaign_id = $1";
